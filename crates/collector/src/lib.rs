@@ -1,0 +1,10 @@
+//! The only code in stallwatch that reads NVML or `/proc`.
+//!
+//! Readers produce a raw [`sample::Sample`] (cumulative counters, canonical
+//! units, one timestamp); [`delta`] turns two of them into a
+//! [`snapshot::Snapshot`], which is all the rest of the program reads.
+
+pub mod error;
+pub mod sample;
+
+pub use error::CollectError;

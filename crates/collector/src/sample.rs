@@ -1,0 +1,245 @@
+//! Raw samples: what the readers saw at one instant, cumulative counters in
+//! canonical units (bytes, seconds, watts, joules, hertz, ratios 0-1).
+//! Nothing here is a rate; `crate::delta` turns two samples into a snapshot.
+
+use serde::{Deserialize, Serialize};
+
+/// One complete reading of the host, its GPUs and the jobs on them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Sample {
+    /// Wall-clock time of the sample, seconds since the Unix epoch.
+    pub timestamp_seconds: f64,
+    /// How long taking the sample took, in seconds.
+    pub duration_seconds: f64,
+    pub gpu: GpuReadout,
+    pub jobs: Vec<JobSample>,
+    pub host: HostSample,
+    /// Read errors met while taking this sample, by source.
+    pub errors: ErrorCounts,
+}
+
+/// The state of NVML and every GPU it reported.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuReadout {
+    /// NVML is loaded and initialised.
+    pub nvml_up: bool,
+    /// The GPU data below was not refreshed in this sample because an NVML call
+    /// did not return within `gpu.timeout`; it is the last data that was read.
+    pub stale: bool,
+    /// Wall-clock time the GPU data below was read, seconds since the epoch.
+    pub read_at_seconds: f64,
+    pub driver_version: Option<String>,
+    pub gpus: Vec<GpuSample>,
+}
+
+/// One GPU. Every measurement is optional: a field the device does not
+/// support is left out.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuSample {
+    pub index: u32,
+    pub uuid: String,
+    pub name: String,
+    pub pci_bus_id: String,
+    /// False when the GPU fell off the bus or stopped answering.
+    pub up: bool,
+    pub utilization_ratio: Option<f64>,
+    pub memory_utilization_ratio: Option<f64>,
+    pub memory_used_bytes: Option<u64>,
+    pub memory_total_bytes: Option<u64>,
+    pub temperature_celsius: Option<f64>,
+    pub power_watts: Option<f64>,
+    pub power_limit_watts: Option<f64>,
+    /// Cumulative energy since the driver was loaded.
+    pub energy_joules: Option<f64>,
+    pub sm_clock_hertz: Option<f64>,
+    pub memory_clock_hertz: Option<f64>,
+    /// NVML clock-event (throttle) reason bitmask.
+    pub clock_event_reasons: Option<u64>,
+    pub pcie_transmit_bytes_per_second: Option<f64>,
+    pub pcie_receive_bytes_per_second: Option<f64>,
+    pub processes: Vec<GpuProcessSample>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GpuProcessKind {
+    Compute,
+    Graphics,
+}
+
+/// A process holding a context on a GPU, as NVML reports it (host pid).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuProcessSample {
+    pub pid: u32,
+    pub kind: GpuProcessKind,
+    /// GPU memory used by the process; `None` when the driver does not say.
+    pub memory_bytes: Option<u64>,
+    /// Mean SM utilization since the previous sample; 0 when NVML had no
+    /// sample for it (`NOT_FOUND`), `None` when the call is not supported.
+    pub sm_utilization_ratio: Option<f64>,
+    pub memory_utilization_ratio: Option<f64>,
+}
+
+/// A process identity that survives pid reuse: (pid, start time in clock ticks
+/// since boot).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ProcessId {
+    pub pid: u32,
+    pub start_ticks: u64,
+}
+
+/// A job: a process holding a GPU context plus all its descendants (down to,
+/// not including, descendants that hold a GPU context themselves).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobSample {
+    /// GPU indices the leader holds a context on.
+    pub gpus: Vec<u32>,
+    /// The GPU-holding process, with each of its threads.
+    pub leader: ProcessSample,
+    /// Its descendants, with their threads.
+    pub descendants: Vec<ProcessSample>,
+    pub attribution: Attribution,
+    /// Size of the regular files behind the leader's fd 1 and fd 2, when they
+    /// are regular files.
+    pub stdout_bytes: Option<u64>,
+    pub stderr_bytes: Option<u64>,
+    /// Latest modification time of those files, seconds since the epoch.
+    pub output_modified_seconds: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProcessSample {
+    pub id: ProcessId,
+    pub ppid: u32,
+    pub comm: String,
+    /// Kernel state letter (`R`, `S`, `D`, `Z`, ...).
+    pub state: char,
+    /// Start time, seconds since the epoch.
+    pub start_time_seconds: f64,
+    /// utime + stime of the whole process, including exited threads.
+    pub cpu_seconds: f64,
+    pub rss_bytes: u64,
+    pub threads: Vec<ThreadSample>,
+    /// `/proc/<pid>/io`; `None` when it could not be read (e.g. permission).
+    pub io: Option<IoCounters>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ThreadSample {
+    pub tid: u32,
+    pub name: String,
+    pub state: char,
+    /// utime + stime of this thread.
+    pub cpu_seconds: f64,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct IoCounters {
+    pub rchar: u64,
+    pub wchar: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+}
+
+/// Where a job runs, from `/proc/<pid>/cgroup`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attribution {
+    pub container_id: Option<String>,
+    pub systemd_unit: Option<String>,
+    pub pod_uid: Option<String>,
+    pub slurm_job_id: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HostSample {
+    /// Aggregate CPU times from `/proc/stat`.
+    pub cpu: Option<CpuTimes>,
+    /// Per-core CPU times from `/proc/stat`, in core order.
+    pub cores: Vec<CpuTimes>,
+    pub online_cpus: Option<u32>,
+    pub pressure: Pressure,
+    pub memory: Option<HostMemory>,
+}
+
+/// Cumulative CPU time in seconds: busy (everything but idle and iowait) and
+/// total.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct CpuTimes {
+    pub busy_seconds: f64,
+    pub total_seconds: f64,
+}
+
+/// `/proc/pressure/*` avg10 values as ratios (0-1). `None` where the kernel
+/// has no PSI or the line is absent (`full` for cpu on older kernels).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Pressure {
+    pub cpu_some: Option<f64>,
+    pub cpu_full: Option<f64>,
+    pub io_some: Option<f64>,
+    pub io_full: Option<f64>,
+    pub memory_some: Option<f64>,
+    pub memory_full: Option<f64>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct HostMemory {
+    pub total_bytes: u64,
+    pub available_bytes: u64,
+    pub swap_total_bytes: u64,
+    pub swap_free_bytes: u64,
+}
+
+/// Where a read error came from: a closed set, exported as the `source` label
+/// of `stallwatch_source_errors_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorSource {
+    /// NVML init or a device call failed.
+    Nvml,
+    /// An NVML call did not return within `gpu.timeout`.
+    NvmlTimeout,
+    /// A job process file could not be read for a reason other than the
+    /// process exiting (most often permission denied on `io` or `fd`).
+    ProcJob,
+    /// A host file (`/proc/stat`, `/proc/meminfo`, `/proc/pressure/*`) could
+    /// not be read or parsed.
+    ProcHost,
+}
+
+impl ErrorSource {
+    pub const ALL: [ErrorSource; 4] = [
+        ErrorSource::Nvml,
+        ErrorSource::NvmlTimeout,
+        ErrorSource::ProcJob,
+        ErrorSource::ProcHost,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorSource::Nvml => "nvml",
+            ErrorSource::NvmlTimeout => "nvml_timeout",
+            ErrorSource::ProcJob => "proc_job",
+            ErrorSource::ProcHost => "proc_host",
+        }
+    }
+}
+
+/// Error counts for one sample, indexed by `ErrorSource`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorCounts(pub [u64; 4]);
+
+impl ErrorCounts {
+    pub fn add(&mut self, source: ErrorSource) {
+        self.0[source as usize] += 1;
+    }
+
+    pub fn get(&self, source: ErrorSource) -> u64 {
+        self.0[source as usize]
+    }
+
+    pub fn merge(&mut self, other: &ErrorCounts) {
+        for (a, b) in self.0.iter_mut().zip(other.0) {
+            *a += b;
+        }
+    }
+}
