@@ -4,7 +4,12 @@
 //! units, one timestamp); [`delta`] turns two of them into a
 //! [`snapshot::Snapshot`], which is all the rest of the program reads.
 
+pub mod collector;
+pub mod delta;
 pub mod error;
+pub mod gpu;
+pub mod proc;
 pub mod sample;
+pub mod snapshot;
 
 pub use error::CollectError;

@@ -1,0 +1,56 @@
+//! One sampling step: GPUs, then the jobs on them, then the host.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use crate::error::CollectError;
+use crate::gpu::{GpuOptions, GpuSource};
+use crate::proc::ProcReader;
+use crate::sample::{ErrorCounts, Sample};
+
+pub struct Collector {
+    gpu: GpuSource,
+    proc: ProcReader,
+}
+
+impl Collector {
+    pub fn new(gpu: GpuOptions, procfs_root: PathBuf) -> Result<Self, CollectError> {
+        Ok(Collector {
+            proc: ProcReader::new(procfs_root)?,
+            gpu: GpuSource::start(gpu)?,
+        })
+    }
+
+    /// Takes one raw sample. Never fails: what cannot be read is left out and
+    /// counted in `Sample::errors`.
+    pub fn sample(&mut self) -> Sample {
+        let started = Instant::now();
+        let timestamp_seconds = unix_seconds(SystemTime::now());
+        let mut errors = ErrorCounts::default();
+        let gpu = self.gpu.read(timestamp_seconds, &mut errors);
+        let mut holders: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+        for g in gpu.gpus.iter().filter(|g| g.up) {
+            for p in &g.processes {
+                holders.entry(p.pid).or_default().push(g.index);
+            }
+        }
+        let holders: Vec<(u32, Vec<u32>)> = holders.into_iter().collect();
+        let jobs = self.proc.read_jobs(&holders, &mut errors);
+        let host = self.proc.read_host(&mut errors);
+        Sample {
+            timestamp_seconds,
+            duration_seconds: started.elapsed().as_secs_f64(),
+            gpu,
+            jobs,
+            host,
+            errors,
+        }
+    }
+}
+
+pub fn unix_seconds(t: SystemTime) -> f64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}

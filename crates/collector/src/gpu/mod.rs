@@ -1,0 +1,87 @@
+//! GPUs through NVML, on a worker thread of their own.
+//!
+//! Every NVML call runs on one dedicated thread. The sampler asks it for a
+//! reading and waits at most `timeout`; when a call hangs (a wedged driver)
+//! the sampler goes on with the last reading marked stale, and asks again
+//! only once the hung request has returned, so threads never pile up.
+
+mod device;
+mod worker;
+
+use std::path::PathBuf;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
+use std::time::Duration;
+
+use crate::error::CollectError;
+use crate::sample::{ErrorCounts, ErrorSource, GpuReadout};
+
+#[derive(Debug, Clone)]
+pub struct GpuOptions {
+    /// The NVML library file; `None` loads the system's `libnvidia-ml.so.1`.
+    pub library: Option<PathBuf>,
+    /// How long a sample waits for NVML before using stale data.
+    pub timeout: Duration,
+    /// Longest wait between two attempts to initialise NVML.
+    pub init_retry_max: Duration,
+}
+
+pub struct GpuSource {
+    requests: SyncSender<()>,
+    replies: Receiver<(GpuReadout, ErrorCounts)>,
+    pending: bool,
+    last: GpuReadout,
+    timeout: Duration,
+}
+
+impl GpuSource {
+    pub fn start(options: GpuOptions) -> Result<Self, CollectError> {
+        let (requests, request_rx) = mpsc::sync_channel::<()>(1);
+        let (reply_tx, replies) = mpsc::sync_channel(1);
+        let timeout = options.timeout;
+        std::thread::Builder::new()
+            .name("nvml".into())
+            .spawn(move || worker::run(options, request_rx, reply_tx))
+            .map_err(CollectError::Thread)?;
+        Ok(GpuSource {
+            requests,
+            replies,
+            pending: false,
+            last: GpuReadout::default(),
+            timeout,
+        })
+    }
+
+    /// A fresh reading, or the last one marked stale when NVML did not answer
+    /// within the timeout.
+    pub fn read(&mut self, now_seconds: f64, errors: &mut ErrorCounts) -> GpuReadout {
+        if !self.pending {
+            if self.requests.send(()).is_err() {
+                // The worker is gone (it cannot be restarted): report no NVML.
+                errors.add(ErrorSource::Nvml);
+                return GpuReadout::default();
+            }
+            self.pending = true;
+        }
+        match self.replies.recv_timeout(self.timeout) {
+            Ok((mut readout, worker_errors)) => {
+                self.pending = false;
+                errors.merge(&worker_errors);
+                readout.read_at_seconds = now_seconds;
+                self.last = readout.clone();
+                readout
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                errors.add(ErrorSource::NvmlTimeout);
+                GpuReadout {
+                    stale: true,
+                    ..self.last.clone()
+                }
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                self.pending = false;
+                errors.add(ErrorSource::Nvml);
+                GpuReadout::default()
+            }
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! The configuration file: TOML, every key has a default, unknown keys are
+//! rejected, durations are human strings (`"1s"`, `"500ms"`, `"2m"`).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Where the daemon looks when `--config` is not given. A missing file at
+/// this path means "all defaults"; a missing file given explicitly is an error.
+pub const DEFAULT_PATH: &str = "/etc/stallwatch/config.toml";
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub sampling: SamplingConfig,
+    pub gpu: GpuConfig,
+    pub procfs: ProcfsConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Address the HTTP server listens on.
+    pub listen: SocketAddr,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: SocketAddr::from(([0, 0, 0, 0], 9847)),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SamplingConfig {
+    /// Time between two samples.
+    #[serde(with = "humantime_serde")]
+    pub interval: Duration,
+}
+
+impl Default for SamplingConfig {
+    fn default() -> Self {
+        SamplingConfig {
+            interval: Duration::from_secs(1),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GpuConfig {
+    /// NVML library file; empty means the system's `libnvidia-ml.so.1`.
+    pub nvml_library: PathBuf,
+    /// How long a sample waits for NVML before marking GPU data stale.
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+    /// Longest wait between two attempts to load and initialise NVML.
+    #[serde(with = "humantime_serde")]
+    pub init_retry_max: Duration,
+    /// Most processes exported per GPU, largest GPU memory first.
+    pub max_processes: usize,
+}
+
+impl Default for GpuConfig {
+    fn default() -> Self {
+        GpuConfig {
+            nvml_library: PathBuf::new(),
+            timeout: Duration::from_millis(500),
+            init_retry_max: Duration::from_secs(60),
+            max_processes: 16,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ProcfsConfig {
+    /// Where procfs is mounted (a fixture tree in tests).
+    pub root: PathBuf,
+}
+
+impl Default for ProcfsConfig {
+    fn default() -> Self {
+        ProcfsConfig {
+            root: PathBuf::from("/proc"),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("invalid config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("invalid config file {path}: `{key}` {message}")]
+    Invalid {
+        path: PathBuf,
+        key: &'static str,
+        message: String,
+    },
+}
+
+impl Config {
+    /// Loads `path`. `explicit` says whether the user named the file: a
+    /// missing default file means defaults, a missing named file is an error.
+    pub fn load(path: &Path, explicit: bool) -> Result<Config, ConfigError> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Config::parse(&text, path),
+            Err(e) if !explicit && e.kind() == std::io::ErrorKind::NotFound => {
+                Ok(Config::default())
+            }
+            Err(source) => Err(ConfigError::Read {
+                path: path.to_owned(),
+                source,
+            }),
+        }
+    }
+
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            message: e.to_string().trim_end().to_owned(),
+        })?;
+        config.validate(path)?;
+        Ok(config)
+    }
+
+    fn validate(&self, path: &Path) -> Result<(), ConfigError> {
+        let invalid = |key, message: &str| ConfigError::Invalid {
+            path: path.to_owned(),
+            key,
+            message: message.to_owned(),
+        };
+        if self.sampling.interval < Duration::from_millis(100) {
+            return Err(invalid("sampling.interval", "must be at least 100ms"));
+        }
+        if self.gpu.timeout.is_zero() {
+            return Err(invalid("gpu.timeout", "must be greater than 0"));
+        }
+        if self.gpu.timeout >= self.sampling.interval {
+            return Err(invalid(
+                "gpu.timeout",
+                "must be shorter than sampling.interval",
+            ));
+        }
+        if self.gpu.init_retry_max < Duration::from_secs(1) {
+            return Err(invalid("gpu.init_retry_max", "must be at least 1s"));
+        }
+        if self.procfs.root.as_os_str().is_empty() {
+            return Err(invalid("procfs.root", "must not be empty"));
+        }
+        Ok(())
+    }
+
+    /// The NVML library to load, `None` for the system's.
+    pub fn nvml_library(&self) -> Option<PathBuf> {
+        let path = &self.gpu.nvml_library;
+        (!path.as_os_str().is_empty()).then(|| path.clone())
+    }
+}

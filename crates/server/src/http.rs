@@ -1,0 +1,64 @@
+//! The HTTP server: `/metrics` and `/healthz`. Handlers read the latest
+//! snapshot only; none of them touches NVML or `/proc`.
+
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Json, Response};
+use axum::routing::get;
+use tower_http::compression::CompressionLayer;
+
+use crate::sampler::LatestRx;
+use crate::{health, metrics};
+
+#[derive(Clone)]
+pub struct AppState {
+    pub latest: LatestRx,
+    pub interval: Duration,
+    pub max_processes: usize,
+}
+
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics_handler))
+        .route("/healthz", get(healthz_handler))
+        .fallback(not_found)
+        .layer(CompressionLayer::new())
+        .with_state(state)
+}
+
+async fn metrics_handler(State(state): State<AppState>) -> Response {
+    let snapshot = state.latest.borrow().as_ref().map(|l| l.snapshot.clone());
+    match snapshot {
+        Some(snapshot) => (
+            [(header::CONTENT_TYPE, metrics::CONTENT_TYPE)],
+            metrics::render(snapshot, state.max_processes),
+        )
+            .into_response(),
+        None => (StatusCode::SERVICE_UNAVAILABLE, "no sample taken yet\n").into_response(),
+    }
+}
+
+async fn healthz_handler(State(state): State<AppState>) -> Response {
+    let health = health::check(
+        state.latest.borrow().as_ref(),
+        state.interval,
+        Instant::now(),
+    );
+    let status = if health.is_ok() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(health)).into_response()
+}
+
+async fn not_found() -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        "not found; stallwatch serves /metrics and /healthz\n",
+    )
+        .into_response()
+}

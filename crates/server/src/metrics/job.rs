@@ -1,0 +1,112 @@
+//! Job series: a GPU-holding process and its descendants, labelled by the
+//! holder's `pid` and `comm` (never its command line).
+
+use collector::snapshot::{JobSnapshot, Snapshot, ThreadStates};
+use prometheus_client::encoding::DescriptorEncoder;
+use prometheus_client::registry::Unit;
+
+use super::{Labels, counter, gauge, info, ratio};
+
+fn labels(j: &JobSnapshot) -> Labels {
+    vec![("pid", j.pid.to_string()), ("comm", j.comm.clone())]
+}
+
+fn per_job<'a>(
+    jobs: &'a [JobSnapshot],
+    value: impl Fn(&JobSnapshot) -> Option<f64> + 'a,
+) -> impl Iterator<Item = (Labels, f64)> + 'a {
+    jobs.iter()
+        .filter_map(move |j| Some((labels(j), value(j)?)))
+}
+
+pub fn encode(e: &mut DescriptorEncoder, s: &Snapshot) -> Result<(), std::fmt::Error> {
+    let jobs = &s.jobs;
+    info(
+        e,
+        "stallwatch_job",
+        "A job (a GPU-holding process and its descendants) and where it runs; empty labels are unknown.",
+        jobs.iter().map(|j| {
+            let a = &j.attribution;
+            let mut l = labels(j);
+            for (name, value) in [
+                ("container_id", &a.container_id),
+                ("systemd_unit", &a.systemd_unit),
+                ("pod_uid", &a.pod_uid),
+                ("slurm_job_id", &a.slurm_job_id),
+            ] {
+                l.push((name, value.clone().unwrap_or_default()));
+            }
+            l
+        }),
+    )?;
+    gauge(
+        e,
+        "stallwatch_job_processes",
+        "Processes in the job, the GPU-holding one included.",
+        None,
+        per_job(jobs, |j| Some(f64::from(j.processes))),
+    )?;
+    gauge(
+        e,
+        "stallwatch_job_threads",
+        "Threads of the job's processes by kernel state.",
+        None,
+        jobs.iter().flat_map(|j| {
+            ThreadStates::LABELS
+                .iter()
+                .zip(j.threads.counts())
+                .map(move |(state, n)| {
+                    let mut l = labels(j);
+                    l.push(("state", (*state).to_owned()));
+                    (l, f64::from(n))
+                })
+        }),
+    )?;
+    counter(
+        e,
+        "stallwatch_job_cpu",
+        "CPU time used by the job's processes while watched.",
+        Some(&Unit::Seconds),
+        per_job(jobs, |j| Some(j.cpu_seconds_total)),
+    )?;
+    gauge(
+        e,
+        "stallwatch_job_top_thread_cpu",
+        "Share of one core used over the last interval by the job's busiest thread, named in `thread`.",
+        Some(&ratio()),
+        jobs.iter().filter_map(|j| {
+            let top = j.top_threads.first()?;
+            let mut l = labels(j);
+            l.push(("thread", top.name.clone()));
+            Some((l, top.cpu_ratio))
+        }),
+    )?;
+    gauge(
+        e,
+        "stallwatch_job_memory_rss",
+        "Resident memory of the job's processes.",
+        Some(&Unit::Bytes),
+        per_job(jobs, |j| Some(j.rss_bytes as f64)),
+    )?;
+    counter(
+        e,
+        "stallwatch_job_read",
+        "Bytes the job's processes read from storage (/proc/<pid>/io read_bytes).",
+        Some(&Unit::Bytes),
+        per_job(jobs, |j| Some(j.read_bytes_total as f64)),
+    )?;
+    counter(
+        e,
+        "stallwatch_job_write",
+        "Bytes the job's processes wrote to storage (/proc/<pid>/io write_bytes).",
+        Some(&Unit::Bytes),
+        per_job(jobs, |j| Some(j.write_bytes_total as f64)),
+    )?;
+    gauge(
+        e,
+        "stallwatch_job_last_output_timestamp",
+        "Last time the job's output grew (stdout/stderr file or written characters), as a Unix time.",
+        Some(&Unit::Seconds),
+        per_job(jobs, |j| j.last_output_seconds),
+    )
+}

@@ -1,0 +1,177 @@
+//! `/metrics`: the latest snapshot encoded as OpenMetrics text at scrape time.
+//! Nothing here reads NVML or `/proc`; series of exited processes vanish with
+//! the snapshot that no longer holds them.
+
+mod gpu;
+mod host;
+mod job;
+
+use std::sync::Arc;
+
+use collector::sample::ErrorSource;
+use collector::snapshot::Snapshot;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Registry, Unit};
+
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Labels as (name, value) pairs.
+pub type Labels = Vec<(&'static str, String)>;
+
+pub fn ratio() -> Unit {
+    Unit::Other("ratio".to_owned())
+}
+
+pub fn hertz() -> Unit {
+    Unit::Other("hertz".to_owned())
+}
+
+/// What a scrape renders.
+#[derive(Debug)]
+pub struct Scrape {
+    pub snapshot: Arc<Snapshot>,
+    pub max_processes: usize,
+}
+
+impl Collector for Scrape {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let s = &self.snapshot;
+        let e = &mut encoder;
+        own(e, s)?;
+        gpu::encode(e, s, self.max_processes)?;
+        job::encode(e, s)?;
+        host::encode(e, &s.host)
+    }
+}
+
+/// Renders a snapshot; `None` (no sample yet) gives the build info only.
+pub fn render(snapshot: Arc<Snapshot>, max_processes: usize) -> String {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(Scrape {
+        snapshot,
+        max_processes,
+    }));
+    let mut out = String::with_capacity(16 * 1024);
+    // Writing into a String cannot fail.
+    let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
+    out
+}
+
+/// Writes one metric family: a descriptor and a value per label set. A
+/// family with no series writes nothing.
+pub fn family<L, I>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<&Unit>,
+    metric_type: MetricType,
+    series: I,
+) -> Result<(), std::fmt::Error>
+where
+    L: EncodeLabelSet,
+    I: IntoIterator<Item = (L, f64)>,
+{
+    let mut series = series.into_iter().peekable();
+    if series.peek().is_none() {
+        return Ok(());
+    }
+    let mut metric = encoder.encode_descriptor(name, help, unit, metric_type)?;
+    for (labels, value) in series {
+        let mut m = metric.encode_family(&labels)?;
+        match metric_type {
+            MetricType::Counter => m.encode_counter::<Labels, f64, f64>(&value, None)?,
+            _ => m.encode_gauge(&value)?,
+        }
+    }
+    Ok(())
+}
+
+pub fn gauge<L, I>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<&Unit>,
+    series: I,
+) -> Result<(), std::fmt::Error>
+where
+    L: EncodeLabelSet,
+    I: IntoIterator<Item = (L, f64)>,
+{
+    family(encoder, name, help, unit, MetricType::Gauge, series)
+}
+
+pub fn counter<L, I>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<&Unit>,
+    series: I,
+) -> Result<(), std::fmt::Error>
+where
+    L: EncodeLabelSet,
+    I: IntoIterator<Item = (L, f64)>,
+{
+    family(encoder, name, help, unit, MetricType::Counter, series)
+}
+
+pub fn info<L: EncodeLabelSet>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: impl IntoIterator<Item = L>,
+) -> Result<(), std::fmt::Error> {
+    let mut series = series.into_iter().peekable();
+    if series.peek().is_none() {
+        return Ok(());
+    }
+    let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Info)?;
+    for labels in series {
+        metric.encode_info(&labels)?;
+    }
+    Ok(())
+}
+
+fn no_labels(value: f64) -> [(Labels, f64); 1] {
+    [(Vec::new(), value)]
+}
+
+fn own(e: &mut DescriptorEncoder, s: &Snapshot) -> Result<(), std::fmt::Error> {
+    info(
+        e,
+        "stallwatch_build",
+        "Version of the stallwatch binary.",
+        [vec![("version", env!("CARGO_PKG_VERSION").to_owned())]],
+    )?;
+    gauge(
+        e,
+        "stallwatch_sample_duration",
+        "How long the latest sample of GPUs, jobs and host took.",
+        Some(&Unit::Seconds),
+        no_labels(s.sample_duration_seconds),
+    )?;
+    gauge(
+        e,
+        "stallwatch_last_sample_timestamp",
+        "When the latest sample was taken, as a Unix time.",
+        Some(&Unit::Seconds),
+        no_labels(s.timestamp_seconds),
+    )?;
+    counter(
+        e,
+        "stallwatch_source_errors",
+        "Read errors by source since start (a process exiting mid-read is not an error).",
+        None,
+        ErrorSource::ALL.map(|src| {
+            (
+                vec![("source", src.as_str().to_owned())],
+                s.errors_total.get(src) as f64,
+            )
+        }),
+    )
+}
+
+/// Keeps `EncodeMetric` in scope for the trait methods used above.
+#[allow(dead_code)]
+fn _assert_encode_metric(_: &dyn EncodeMetric) {}

@@ -1,0 +1,59 @@
+//! The sampling loop: its own OS thread and interval timer. Each tick takes a
+//! raw sample, derives a snapshot from it and the previous one, publishes it
+//! for scrapes and the API, and pings the systemd watchdog.
+
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use collector::collector::Collector;
+use collector::delta::derive;
+use collector::sample::Sample;
+use collector::snapshot::Snapshot;
+use tokio::sync::watch;
+
+use crate::notify;
+
+/// The latest snapshot and when its sample finished.
+#[derive(Debug, Clone)]
+pub struct Latest {
+    pub snapshot: Arc<Snapshot>,
+    pub finished: Instant,
+}
+
+pub type LatestRx = watch::Receiver<Option<Latest>>;
+
+pub fn spawn(
+    mut collector: Collector,
+    interval: Duration,
+    publish: watch::Sender<Option<Latest>>,
+    stop: Receiver<()>,
+) -> std::io::Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("sampler".into())
+        .spawn(move || {
+            let mut prev: Option<(Sample, Arc<Snapshot>)> = None;
+            let mut next = Instant::now();
+            loop {
+                let sample = collector.sample();
+                let snapshot = Arc::new(derive(prev.as_ref().map(|(s, n)| (s, &**n)), &sample));
+                publish.send_replace(Some(Latest {
+                    snapshot: snapshot.clone(),
+                    finished: Instant::now(),
+                }));
+                notify::watchdog();
+                prev = Some((sample, snapshot));
+                // Fixed-rate ticks; after an overrun, start again from now.
+                next += interval;
+                let now = Instant::now();
+                if next < now {
+                    next = now;
+                }
+                match stop.recv_timeout(next - now) {
+                    Err(RecvTimeoutError::Timeout) => {}
+                    Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+                }
+            }
+        })
+}
