@@ -168,3 +168,7 @@ impl Config {
         (!path.as_os_str().is_empty()).then(|| path.clone())
     }
 }
+
+#[cfg(test)]
+#[path = "config_tests.rs"]
+mod tests;
