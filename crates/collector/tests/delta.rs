@@ -1,0 +1,362 @@
+//! The pure step from samples to snapshots: rates, totals that never go
+//! backwards, pid reuse, busiest threads, output progress.
+
+use collector::delta::{counter_delta, derive};
+use collector::sample::*;
+use collector::snapshot::{ClockEventReason, Snapshot};
+
+fn thread(tid: u32, name: &str, state: char, cpu: f64) -> ThreadSample {
+    ThreadSample {
+        tid,
+        name: name.into(),
+        state,
+        cpu_seconds: cpu,
+    }
+}
+
+fn process(pid: u32, start: u64, cpu: f64, threads: Vec<ThreadSample>) -> ProcessSample {
+    ProcessSample {
+        id: ProcessId {
+            pid,
+            start_ticks: start,
+        },
+        ppid: 1,
+        comm: format!("p{pid}"),
+        state: 'S',
+        start_time_seconds: 1000.0,
+        cpu_seconds: cpu,
+        rss_bytes: 1 << 20,
+        threads,
+        io: Some(IoCounters {
+            rchar: 0,
+            wchar: 0,
+            read_bytes: 0,
+            write_bytes: 0,
+        }),
+    }
+}
+
+fn job(leader: ProcessSample, descendants: Vec<ProcessSample>) -> JobSample {
+    JobSample {
+        gpus: vec![0],
+        leader,
+        descendants,
+        attribution: Attribution::default(),
+        stdout_bytes: Some(100),
+        stderr_bytes: None,
+        output_modified_seconds: Some(900.0),
+    }
+}
+
+fn sample(t: f64, jobs: Vec<JobSample>) -> Sample {
+    Sample {
+        timestamp_seconds: t,
+        jobs,
+        ..Sample::default()
+    }
+}
+
+fn chain(samples: &[Sample]) -> Vec<Snapshot> {
+    let mut out: Vec<Snapshot> = Vec::new();
+    for (i, s) in samples.iter().enumerate() {
+        let prev = (i > 0).then(|| (&samples[i - 1], &out[i - 1]));
+        let snap = derive(prev, s);
+        out.push(snap);
+    }
+    out
+}
+
+#[test]
+fn counter_going_backwards_gives_no_value() {
+    assert_eq!(counter_delta(10.0, 12.5), Some(2.5));
+    assert_eq!(counter_delta(10.0, 3.0), None);
+}
+
+#[test]
+fn busiest_thread_is_found_by_its_own_delta() {
+    let a = sample(
+        0.0,
+        vec![job(
+            process(
+                10,
+                5,
+                100.0,
+                vec![
+                    thread(10, "python", 'S', 90.0),
+                    thread(11, "pt_data", 'R', 10.0),
+                ],
+            ),
+            vec![],
+        )],
+    );
+    let b = sample(
+        2.0,
+        vec![job(
+            process(
+                10,
+                5,
+                102.1,
+                vec![
+                    thread(10, "python", 'S', 90.1),
+                    thread(11, "pt_data", 'R', 11.9),
+                ],
+            ),
+            vec![],
+        )],
+    );
+    let snaps = chain(&[a, b]);
+    let j = &snaps[1].jobs[0];
+    assert_eq!(j.top_threads[0].name, "pt_data");
+    assert!((j.top_threads[0].cpu_ratio - 0.95).abs() < 1e-9);
+    assert!((j.top_threads[1].cpu_ratio - 0.05).abs() < 1e-9);
+    assert!((j.cpu_cores.unwrap() - 1.05).abs() < 1e-9);
+    assert!(
+        snaps[0].jobs[0].top_threads.is_empty(),
+        "no rate from one sample"
+    );
+}
+
+#[test]
+fn job_cpu_total_never_goes_backwards_when_a_worker_exits() {
+    let leader = |cpu| process(10, 5, cpu, vec![thread(10, "python", 'S', cpu)]);
+    let worker = |cpu| process(11, 7, cpu, vec![thread(11, "worker", 'R', cpu)]);
+    let snaps = chain(&[
+        sample(0.0, vec![job(leader(1.0), vec![worker(5.0)])]),
+        sample(1.0, vec![job(leader(1.5), vec![worker(5.8)])]),
+        sample(2.0, vec![job(leader(2.0), vec![])]),
+        // A new worker joins: all its CPU time counts.
+        sample(
+            3.0,
+            vec![job(leader(2.0), vec![process(12, 9, 0.4, vec![])])],
+        ),
+    ]);
+    let totals: Vec<f64> = snaps.iter().map(|s| s.jobs[0].cpu_seconds_total).collect();
+    let expected = [6.0, 7.3, 7.8, 8.2];
+    for (t, e) in totals.iter().zip(expected) {
+        assert!((t - e).abs() < 1e-9, "{totals:?}");
+    }
+    assert_eq!(snaps[1].jobs[0].processes, 2);
+    assert_eq!(snaps[2].jobs[0].processes, 1);
+}
+
+#[test]
+fn a_reused_pid_is_a_new_job() {
+    let old = process(10, 5, 500.0, vec![thread(10, "old", 'R', 500.0)]);
+    let new = process(10, 999, 1.0, vec![thread(10, "new", 'R', 1.0)]);
+    let snaps = chain(&[
+        sample(0.0, vec![job(old, vec![])]),
+        sample(1.0, vec![job(new, vec![])]),
+    ]);
+    let j = &snaps[1].jobs[0];
+    assert_eq!(
+        j.cpu_seconds_total, 1.0,
+        "no carry-over from the old process"
+    );
+    assert_eq!(j.cpu_cores, None, "no rate across different processes");
+    assert!(j.top_threads.is_empty());
+}
+
+#[test]
+fn thread_counter_going_backwards_is_not_a_rate() {
+    let snaps = chain(&[
+        sample(
+            0.0,
+            vec![job(
+                process(10, 5, 9.0, vec![thread(10, "a", 'R', 9.0)]),
+                vec![],
+            )],
+        ),
+        sample(
+            1.0,
+            vec![job(
+                process(10, 5, 9.5, vec![thread(10, "a", 'R', 2.0)]),
+                vec![],
+            )],
+        ),
+    ]);
+    assert!(snaps[1].jobs[0].top_threads.is_empty());
+}
+
+#[test]
+fn io_totals_grow_by_per_process_deltas() {
+    let with_io = |pid, start, read| {
+        let mut p = process(pid, start, 0.0, vec![]);
+        p.io = Some(IoCounters {
+            rchar: read,
+            wchar: 0,
+            read_bytes: read,
+            write_bytes: 0,
+        });
+        p
+    };
+    let snaps = chain(&[
+        sample(
+            0.0,
+            vec![job(with_io(10, 5, 100), vec![with_io(11, 6, 1000)])],
+        ),
+        sample(
+            2.0,
+            vec![job(with_io(10, 5, 300), vec![with_io(11, 6, 1400)])],
+        ),
+        sample(4.0, vec![job(with_io(10, 5, 300), vec![])]),
+    ]);
+    assert_eq!(snaps[0].jobs[0].read_bytes_total, 1100);
+    assert_eq!(snaps[1].jobs[0].read_bytes_total, 1700);
+    assert_eq!(snaps[1].jobs[0].read_bytes_per_second, Some(300.0));
+    assert_eq!(snaps[2].jobs[0].read_bytes_total, 1700);
+}
+
+#[test]
+fn last_output_moves_when_stdout_grows_or_wchar_grows() {
+    let mut s0 = job(process(10, 5, 0.0, vec![]), vec![]);
+    s0.output_modified_seconds = Some(500.0);
+    let s1 = s0.clone();
+    let mut s2 = s0.clone();
+    s2.stdout_bytes = Some(200);
+    let s3 = s2.clone();
+    let mut s4 = s2.clone();
+    s4.leader.io.as_mut().unwrap().wchar = 50;
+    let snaps = chain(&[
+        sample(1000.0, vec![s0]),
+        sample(1001.0, vec![s1]),
+        sample(1002.0, vec![s2]),
+        sample(1003.0, vec![s3]),
+        sample(1004.0, vec![s4]),
+    ]);
+    let last: Vec<Option<f64>> = snaps
+        .iter()
+        .map(|s| s.jobs[0].last_output_seconds)
+        .collect();
+    assert_eq!(
+        last,
+        vec![
+            Some(500.0),
+            Some(500.0),
+            Some(1002.0),
+            Some(1002.0),
+            Some(1004.0)
+        ]
+    );
+}
+
+#[test]
+fn thread_states_are_counted_across_the_tree() {
+    let snaps = chain(&[sample(
+        0.0,
+        vec![job(
+            process(
+                10,
+                5,
+                0.0,
+                vec![
+                    thread(10, "a", 'R', 0.0),
+                    thread(11, "b", 'S', 0.0),
+                    thread(12, "c", 'D', 0.0),
+                ],
+            ),
+            vec![process(
+                20,
+                6,
+                0.0,
+                vec![thread(20, "w", 'D', 0.0), thread(21, "z", 'Z', 0.0)],
+            )],
+        )],
+    )]);
+    let t = snaps[0].jobs[0].threads;
+    assert_eq!(
+        (t.running, t.sleeping, t.disk_sleep, t.zombie),
+        (1, 1, 2, 1)
+    );
+    assert_eq!(t.total(), 5);
+}
+
+#[test]
+fn host_cpu_ratios_come_from_deltas_and_skip_backwards_counters() {
+    let host = |busy: f64, total: f64, cores: Vec<(f64, f64)>| HostSample {
+        cpu: Some(CpuTimes {
+            busy_seconds: busy,
+            total_seconds: total,
+        }),
+        cores: cores
+            .into_iter()
+            .map(|(b, t)| CpuTimes {
+                busy_seconds: b,
+                total_seconds: t,
+            })
+            .collect(),
+        online_cpus: Some(2),
+        ..HostSample::default()
+    };
+    let mut a = sample(0.0, vec![]);
+    a.host = host(10.0, 100.0, vec![(5.0, 50.0), (5.0, 50.0)]);
+    let mut b = sample(1.0, vec![]);
+    b.host = host(11.2, 102.0, vec![(6.0, 51.0), (5.2, 51.0)]);
+    let mut c = sample(2.0, vec![]);
+    c.host = host(1.0, 104.0, vec![(6.5, 52.0), (5.2, 52.0)]);
+    let snaps = chain(&[a, b, c]);
+    assert_eq!(snaps[0].host.cpu_utilization_ratio, None);
+    assert!((snaps[1].host.cpu_utilization_ratio.unwrap() - 0.6).abs() < 1e-9);
+    assert!((snaps[1].host.busiest_core_ratio.unwrap() - 1.0).abs() < 1e-9);
+    assert_eq!(
+        snaps[2].host.cpu_utilization_ratio, None,
+        "busy went backwards"
+    );
+    assert!((snaps[2].host.busiest_core_ratio.unwrap() - 0.5).abs() < 1e-9);
+}
+
+#[test]
+fn gpu_processes_get_comm_and_are_sorted_by_memory() {
+    let mut s = sample(0.0, vec![job(process(10, 5, 0.0, vec![]), vec![])]);
+    s.gpu = GpuReadout {
+        nvml_up: true,
+        gpus: vec![GpuSample {
+            index: 0,
+            up: true,
+            clock_event_reasons: Some(0x1 | 0x40),
+            processes: vec![
+                GpuProcessSample {
+                    pid: 77,
+                    kind: GpuProcessKind::Compute,
+                    memory_bytes: Some(10),
+                    sm_utilization_ratio: Some(0.0),
+                    memory_utilization_ratio: None,
+                },
+                GpuProcessSample {
+                    pid: 10,
+                    kind: GpuProcessKind::Compute,
+                    memory_bytes: Some(1000),
+                    sm_utilization_ratio: Some(0.5),
+                    memory_utilization_ratio: None,
+                },
+            ],
+            ..GpuSample::default()
+        }],
+        ..GpuReadout::default()
+    };
+    let snaps = chain(&[s]);
+    let g = &snaps[0].gpus[0];
+    assert_eq!(g.processes[0].pid, 10);
+    assert_eq!(g.processes[0].comm, "p10");
+    assert_eq!(g.processes[1].comm, "", "not visible in /proc");
+    assert_eq!(
+        g.clock_events.as_deref(),
+        Some(
+            &[
+                ClockEventReason::GpuIdle,
+                ClockEventReason::HwThermalSlowdown
+            ][..]
+        )
+    );
+}
+
+#[test]
+fn errors_accumulate_across_snapshots() {
+    let mut a = sample(0.0, vec![]);
+    a.errors.add(ErrorSource::ProcJob);
+    let mut b = sample(1.0, vec![]);
+    b.errors.add(ErrorSource::ProcJob);
+    b.errors.add(ErrorSource::Nvml);
+    let snaps = chain(&[a, b]);
+    assert_eq!(snaps[1].errors_total.get(ErrorSource::ProcJob), 2);
+    assert_eq!(snaps[1].errors_total.get(ErrorSource::Nvml), 1);
+}
