@@ -1,0 +1,242 @@
+//! Where a job runs, from the cgroup paths in `/proc/<pid>/cgroup`: container,
+//! Kubernetes pod, systemd unit and Slurm job.
+
+use procfs::ProcessCGroups;
+use procfs::prelude::*;
+
+use crate::sample::Attribution;
+
+/// Container runtimes' systemd scope (or cgroupfs directory) prefixes. The
+/// runtime monitors' scopes (`crio-conmon-`, `libpod-conmon-`) are neither a
+/// container nor a unit of interest.
+const CONTAINER_PREFIXES: [&str; 4] = ["docker-", "cri-containerd-", "crio-", "libpod-"];
+const MONITOR_PREFIXES: [&str; 2] = ["crio-conmon-", "libpod-conmon-"];
+
+/// Reads the text of `/proc/<pid>/cgroup` (cgroup v1, v2 or hybrid).
+/// Lines that do not parse are skipped. For each field the first line that
+/// yields a value wins; within one path the innermost component wins.
+pub fn parse_attribution(text: &str) -> Attribution {
+    let mut attribution = Attribution::default();
+    let paths = text
+        .lines()
+        .filter_map(|line| ProcessCGroups::from_read(line.as_bytes()).ok())
+        .flat_map(|groups| groups.0)
+        .map(|group| group.pathname);
+    for path in paths {
+        let found = path_attribution(&path);
+        let a = &mut attribution;
+        a.container_id = a.container_id.take().or(found.container_id);
+        a.systemd_unit = a.systemd_unit.take().or(found.systemd_unit);
+        a.pod_uid = a.pod_uid.take().or(found.pod_uid);
+        a.slurm_job_id = a.slurm_job_id.take().or(found.slurm_job_id);
+    }
+    attribution
+}
+
+fn path_attribution(path: &str) -> Attribution {
+    let mut found = Attribution::default();
+    let mut under_kubepods = false;
+    let mut under_slurm = false;
+    for part in path.split('/').filter(|p| !p.is_empty()) {
+        if let Some(id) = container_id(part) {
+            found.container_id = Some(id.to_owned());
+        } else if let Some(uid) = pod_uid(part, under_kubepods) {
+            found.pod_uid = Some(uid);
+        } else if is_unit(part) {
+            found.systemd_unit = Some(part.to_owned());
+        } else if let Some(job) = slurm_job(part, under_slurm) {
+            found.slurm_job_id = Some(job.to_owned());
+        }
+        under_kubepods |= part.starts_with("kubepods");
+        under_slurm |= part == "slurm" || part.starts_with("slurm_") || part == "slurmstepd.scope";
+    }
+    found
+}
+
+/// `docker-<id>.scope`, `cri-containerd-<id>.scope`, `crio-<id>.scope`,
+/// `libpod-<id>.scope`, the same without `.scope` (cgroupfs driver), or a
+/// bare 64-hex directory (`/docker/<id>`, `/kubepods/.../pod<uid>/<id>`).
+fn container_id(part: &str) -> Option<&str> {
+    if is_container_id(part) {
+        return Some(part);
+    }
+    if MONITOR_PREFIXES.iter().any(|p| part.starts_with(p)) {
+        return None;
+    }
+    let name = part.strip_suffix(".scope").unwrap_or(part);
+    CONTAINER_PREFIXES
+        .iter()
+        .filter_map(|prefix| name.strip_prefix(prefix))
+        .find(|id| is_container_id(id))
+}
+
+fn is_container_id(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// `kubepods-burstable-pod<uid with _>.slice` (systemd driver) or
+/// `pod<uid>` below a `kubepods` directory (cgroupfs driver).
+fn pod_uid(part: &str, under_kubepods: bool) -> Option<String> {
+    let uid = if let Some(slice) = part
+        .strip_suffix(".slice")
+        .filter(|_| part.starts_with("kubepods"))
+    {
+        let at = slice.rfind("-pod")?;
+        &slice[at + "-pod".len()..]
+    } else if under_kubepods {
+        part.strip_prefix("pod")?
+    } else {
+        return None;
+    };
+    let valid = !uid.is_empty()
+        && uid
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() || b == b'-' || b == b'_');
+    valid.then(|| uid.replace('_', "-"))
+}
+
+/// A systemd service, or a scope that is not a container runtime's.
+fn is_unit(part: &str) -> bool {
+    let runtime_scope = CONTAINER_PREFIXES
+        .iter()
+        .chain(&MONITOR_PREFIXES)
+        .any(|p| part.starts_with(p));
+    part.ends_with(".service") || (part.ends_with(".scope") && !runtime_scope)
+}
+
+/// `job_<id>` below a Slurm cgroup (`/slurm/uid_<uid>/job_<id>` in v1,
+/// `/system.slice/slurmstepd.scope/job_<id>` in v2).
+fn slurm_job(part: &str, under_slurm: bool) -> Option<&str> {
+    let id = part.strip_prefix("job_").filter(|_| under_slurm)?;
+    (!id.is_empty() && id.bytes().all(|b| b.is_ascii_digit())).then_some(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ID: &str = "4f6c3d0e9a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5";
+
+    fn parse(text: &str) -> Attribution {
+        parse_attribution(&text.replace("<ID>", ID))
+    }
+
+    #[test]
+    fn docker_systemd_driver_v2() {
+        let a = parse("0::/system.slice/docker-<ID>.scope\n");
+        assert_eq!(a.container_id.as_deref(), Some(ID));
+        assert_eq!(a.systemd_unit, None, "a container scope is not a unit");
+        assert_eq!(a.pod_uid, None);
+    }
+
+    #[test]
+    fn docker_cgroupfs_driver_v1() {
+        let text =
+            "12:pids:/docker/<ID>\n11:cpu,cpuacct:/docker/<ID>\n1:name=systemd:/docker/<ID>\n";
+        let a = parse(text);
+        assert_eq!(a.container_id.as_deref(), Some(ID));
+        assert_eq!(a.systemd_unit, None);
+    }
+
+    #[test]
+    fn kubepods_systemd_driver_containerd() {
+        let a = parse(
+            "0::/kubepods.slice/kubepods-burstable.slice/\
+             kubepods-burstable-pod0d3b1c2a_5e6f_4a7b_8c9d_0e1f2a3b4c5d.slice/\
+             cri-containerd-<ID>.scope\n",
+        );
+        assert_eq!(
+            a.pod_uid.as_deref(),
+            Some("0d3b1c2a-5e6f-4a7b-8c9d-0e1f2a3b4c5d")
+        );
+        assert_eq!(a.container_id.as_deref(), Some(ID));
+        assert_eq!(a.systemd_unit, None);
+    }
+
+    #[test]
+    fn kubepods_guaranteed_crio() {
+        let a = parse(
+            "0::/kubepods.slice/kubepods-pod11112222_3333_4444_5555_666677778888.slice/crio-<ID>.scope\n",
+        );
+        assert_eq!(
+            a.pod_uid.as_deref(),
+            Some("11112222-3333-4444-5555-666677778888")
+        );
+        assert_eq!(a.container_id.as_deref(), Some(ID));
+    }
+
+    #[test]
+    fn crio_monitor_scope_is_neither_container_nor_unit() {
+        let a = parse("0::/kubepods.slice/kubepods-podabc.slice/crio-conmon-<ID>.scope\n");
+        assert_eq!(a.container_id, None);
+        assert_eq!(a.systemd_unit, None);
+        assert_eq!(a.pod_uid.as_deref(), Some("abc"));
+    }
+
+    #[test]
+    fn kubepods_cgroupfs_driver_v1() {
+        let text = "\
+            11:memory:/kubepods/burstable/pod0d3b1c2a-5e6f-4a7b-8c9d-0e1f2a3b4c5d/<ID>\n\
+            3:cpu,cpuacct:/kubepods/burstable/pod0d3b1c2a-5e6f-4a7b-8c9d-0e1f2a3b4c5d/<ID>\n";
+        let a = parse(text);
+        assert_eq!(
+            a.pod_uid.as_deref(),
+            Some("0d3b1c2a-5e6f-4a7b-8c9d-0e1f2a3b4c5d")
+        );
+        assert_eq!(a.container_id.as_deref(), Some(ID));
+    }
+
+    #[test]
+    fn systemd_service_is_the_last_unit() {
+        let a = parse("0::/user.slice/user-1000.slice/user@1000.service/app.slice/train.service\n");
+        assert_eq!(a.systemd_unit.as_deref(), Some("train.service"));
+        assert_eq!(a.container_id, None);
+
+        let a = parse("0::/user.slice/user-1000.slice/session-42.scope\n");
+        assert_eq!(a.systemd_unit.as_deref(), Some("session-42.scope"));
+    }
+
+    #[test]
+    fn slurm_cgroup_v2() {
+        let a = parse("0::/system.slice/slurmstepd.scope/job_73421/step_0/user/task_0\n");
+        assert_eq!(a.slurm_job_id.as_deref(), Some("73421"));
+        assert_eq!(a.systemd_unit.as_deref(), Some("slurmstepd.scope"));
+    }
+
+    #[test]
+    fn slurm_cgroup_v1() {
+        let text = "\
+            12:devices:/slurm/uid_1000/job_512/step_batch/task_0\n\
+            4:memory:/slurm/uid_1000/job_512/step_batch/task_0\n\
+            1:name=systemd:/system.slice/slurmd.service\n";
+        let a = parse(text);
+        assert_eq!(a.slurm_job_id.as_deref(), Some("512"));
+        assert_eq!(a.systemd_unit.as_deref(), Some("slurmd.service"));
+    }
+
+    #[test]
+    fn job_directory_outside_slurm_is_not_a_slurm_job() {
+        let a = parse("0::/system.slice/runner.service/job_9\n");
+        assert_eq!(a.slurm_job_id, None);
+        assert_eq!(a.systemd_unit.as_deref(), Some("runner.service"));
+    }
+
+    #[test]
+    fn root_malformed_and_empty_give_nothing() {
+        assert_eq!(parse("0::/\n"), Attribution::default());
+        assert_eq!(parse(""), Attribution::default());
+        assert_eq!(parse("garbage\nnot:a number:/x\n"), Attribution::default());
+        let a = parse("garbage line\n0::/system.slice/docker-<ID>.scope\n");
+        assert_eq!(a.container_id.as_deref(), Some(ID));
+    }
+
+    #[test]
+    fn nested_container_takes_the_innermost() {
+        let inner = "b".repeat(64);
+        let a = parse(&format!(
+            "0::/docker/<ID>/kubepods/besteffort/podabc-123/{inner}\n"
+        ));
+        assert_eq!(a.container_id.as_deref(), Some(inner.as_str()));
+        assert_eq!(a.pod_uid.as_deref(), Some("abc-123"));
+    }
+}

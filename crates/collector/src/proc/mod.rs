@@ -1,0 +1,160 @@
+//! Reads jobs and host counters from a procfs mount.
+//!
+//! The root is a value (`/proc` in production, a fixture tree in tests), never
+//! a global. Everything is converted to canonical units while reading: ticks to
+//! seconds, pages to bytes, PSI percent to ratios.
+//!
+//! A process or thread that exits while it is being read is skipped without
+//! counting an error; any other failure leaves the field out and is counted in
+//! [`ErrorCounts`] under [`ErrorSource::ProcJob`] or [`ErrorSource::ProcHost`].
+
+mod cgroup;
+mod host;
+mod job;
+mod output;
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use procfs::prelude::*;
+use procfs::{ExplicitSystemInfo, KernelStats, ProcError, ProcResult};
+
+use crate::error::CollectError;
+use crate::sample::{ErrorCounts, ErrorSource, HostSample, JobSample};
+
+pub use cgroup::parse_attribution;
+
+/// Reads job and host samples from one procfs mount.
+#[derive(Debug, Clone)]
+pub struct ProcReader {
+    root: PathBuf,
+    boot_time_seconds: u64,
+    ticks_per_second: u64,
+    page_size_bytes: u64,
+}
+
+impl ProcReader {
+    /// `root` is a procfs mount (`/proc` in production, a fixture tree in
+    /// tests). Clock ticks and page size are this host's.
+    pub fn new(root: impl Into<PathBuf>) -> Result<Self, CollectError> {
+        Self::with_units(root, procfs::ticks_per_second(), procfs::page_size())
+    }
+
+    /// Like [`ProcReader::new`], with explicit clock ticks per second and page
+    /// size, for reading a tree captured on another host (and for tests).
+    /// Fails when `<root>/stat` cannot be read or parsed (it needs its `cpu`,
+    /// `ctxt`, `btime` and `processes` lines).
+    pub fn with_units(
+        root: impl Into<PathBuf>,
+        ticks_per_second: u64,
+        page_size_bytes: u64,
+    ) -> Result<Self, CollectError> {
+        let root = root.into();
+        let ticks_per_second = ticks_per_second.max(1);
+        let path = root.join("stat");
+        let stats = read_kernel_stats(&path, ticks_per_second, page_size_bytes)
+            .map_err(|e| collect_error(path, e))?;
+        Ok(ProcReader {
+            root,
+            boot_time_seconds: stats.btime,
+            ticks_per_second,
+            page_size_bytes,
+        })
+    }
+
+    /// The procfs mount this reader reads.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Boot time from `<root>/stat`, seconds since the epoch.
+    pub fn boot_time_seconds(&self) -> u64 {
+        self.boot_time_seconds
+    }
+
+    /// `holders`: for each pid NVML reports holding a GPU context, the GPU
+    /// indices it is on. Returns one [`JobSample`] per holder that could be
+    /// read; a holder whose `/proc` entry is gone is skipped silently.
+    pub fn read_jobs(
+        &self,
+        holders: &[(u32, Vec<u32>)],
+        errors: &mut ErrorCounts,
+    ) -> Vec<JobSample> {
+        job::read_jobs(self, holders, errors)
+    }
+
+    /// CPU times, online CPUs, pressure and memory of the whole host.
+    pub fn read_host(&self, errors: &mut ErrorCounts) -> HostSample {
+        host::read_host(self, errors)
+    }
+
+    fn ticks_to_seconds(&self, ticks: u64) -> f64 {
+        ticks as f64 / self.ticks_per_second as f64
+    }
+}
+
+/// `<root>/stat`. The parser wants system info only for the tick rate it
+/// stores; boot time is what it reads.
+fn read_kernel_stats(
+    path: &Path,
+    ticks_per_second: u64,
+    page_size: u64,
+) -> ProcResult<KernelStats> {
+    let info = ExplicitSystemInfo {
+        boot_time_secs: 0,
+        ticks_per_second,
+        page_size,
+        is_little_endian: cfg!(target_endian = "little"),
+    };
+    KernelStats::from_file(path, &info)
+}
+
+fn collect_error(path: PathBuf, error: ProcError) -> CollectError {
+    match error {
+        ProcError::Io(source, _) => CollectError::Read { path, source },
+        ProcError::NotFound(_) => CollectError::Read {
+            path,
+            source: io::ErrorKind::NotFound.into(),
+        },
+        ProcError::PermissionDenied(_) => CollectError::Read {
+            path,
+            source: io::ErrorKind::PermissionDenied.into(),
+        },
+        other => CollectError::Parse {
+            path,
+            message: other.to_string(),
+        },
+    }
+}
+
+/// "No such process": what reads of an open `/proc/<pid>` file return once
+/// the process has been reaped. Its value is 3 on every Linux architecture.
+const ESRCH: i32 = 3;
+
+/// The read failed because the process or thread is gone (exited and reaped,
+/// or its pid directory never existed).
+fn io_vanished(error: &io::Error) -> bool {
+    error.kind() == io::ErrorKind::NotFound || error.raw_os_error() == Some(ESRCH)
+}
+
+fn vanished(error: &ProcError) -> bool {
+    match error {
+        ProcError::NotFound(_) => true,
+        ProcError::Io(e, _) => io_vanished(e),
+        _ => false,
+    }
+}
+
+/// The value of a job read: `None` without an error when the process is
+/// gone, `None` with one [`ErrorSource::ProcJob`] error on any other failure.
+fn job_value<T>(result: ProcResult<T>, what: &str, errors: &mut ErrorCounts) -> Option<T> {
+    match result {
+        Ok(value) => Some(value),
+        Err(e) if vanished(&e) => None,
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot read {what}");
+            errors.add(ErrorSource::ProcJob);
+            None
+        }
+    }
+}
