@@ -17,7 +17,8 @@ fn example_file_matches_the_defaults() {
 #[test]
 fn example_file_lists_every_key() {
     let example: toml::Table = toml::from_str(EXAMPLE).unwrap();
-    let defaults: toml::Table = toml::from_str(&toml::to_string(&Config::default()).unwrap()).unwrap();
+    let defaults: toml::Table =
+        toml::from_str(&toml::to_string(&Config::default()).unwrap()).unwrap();
     let keys = |t: &toml::Table| -> Vec<String> {
         t.iter()
             .flat_map(|(section, v)| {
@@ -45,7 +46,9 @@ fn durations_are_human_strings() {
 
 #[test]
 fn unknown_key_names_the_file_and_the_key() {
-    let err = parse("[sampling]\nintervall = \"1s\"\n").unwrap_err().to_string();
+    let err = parse("[sampling]\nintervall = \"1s\"\n")
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("/etc/stallwatch/config.toml"), "{err}");
     assert!(err.contains("intervall"), "{err}");
     assert!(err.contains("line 2"), "{err}");
@@ -53,26 +56,34 @@ fn unknown_key_names_the_file_and_the_key() {
 
 #[test]
 fn unknown_section_is_rejected() {
-    let err = parse("[sampler]\ninterval = \"1s\"\n").unwrap_err().to_string();
+    let err = parse("[sampler]\ninterval = \"1s\"\n")
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("sampler"), "{err}");
 }
 
 #[test]
 fn bad_duration_names_the_value() {
-    let err = parse("[sampling]\ninterval = \"fast\"\n").unwrap_err().to_string();
+    let err = parse("[sampling]\ninterval = \"fast\"\n")
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("fast") || err.contains("interval"), "{err}");
     assert!(err.contains("line 2"), "{err}");
 }
 
 #[test]
 fn wrong_type_is_rejected() {
-    let err = parse("[gpu]\nmax_processes = \"many\"\n").unwrap_err().to_string();
+    let err = parse("[gpu]\nmax_processes = \"many\"\n")
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("max_processes"), "{err}");
 }
 
 #[test]
 fn bad_listen_address_is_rejected() {
-    let err = parse("[server]\nlisten = \"localhost\"\n").unwrap_err().to_string();
+    let err = parse("[server]\nlisten = \"localhost\"\n")
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("localhost"), "{err}");
 }
 
@@ -85,7 +96,9 @@ fn timeout_must_be_shorter_than_interval() {
 
 #[test]
 fn too_short_interval_is_rejected() {
-    let err = parse("[sampling]\ninterval = \"10ms\"\n").unwrap_err().to_string();
+    let err = parse("[sampling]\ninterval = \"10ms\"\n")
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("`sampling.interval`"), "{err}");
 }
 

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::get;
 use tower_http::compression::CompressionLayer;
@@ -29,12 +29,14 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-async fn metrics_handler(State(state): State<AppState>) -> Response {
+async fn metrics_handler(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let format = metrics::Format::negotiate(accept);
     let snapshot = state.latest.borrow().as_ref().map(|l| l.snapshot.clone());
     match snapshot {
         Some(snapshot) => (
-            [(header::CONTENT_TYPE, metrics::CONTENT_TYPE)],
-            metrics::render(snapshot, state.max_processes),
+            [(header::CONTENT_TYPE, format.content_type())],
+            metrics::render(snapshot, state.max_processes, format),
         )
             .into_response(),
         None => (StatusCode::SERVICE_UNAVAILABLE, "no sample taken yet\n").into_response(),

@@ -2,6 +2,7 @@
 //! raw sample, derives a snapshot from it and the previous one, publishes it
 //! for scrapes and the API, and pings the systemd watchdog.
 
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::thread::JoinHandle;
@@ -36,7 +37,17 @@ pub fn spawn(
             let mut prev: Option<(Sample, Arc<Snapshot>)> = None;
             let mut next = Instant::now();
             loop {
-                let sample = collector.sample();
+                // A reader bug must not end sampling: skip that tick.
+                let sample = match catch_unwind(AssertUnwindSafe(|| collector.sample())) {
+                    Ok(sample) => sample,
+                    Err(_) => {
+                        tracing::error!("a sample panicked and was skipped");
+                        if !sleep_until_next(&mut next, interval, &stop) {
+                            return;
+                        }
+                        continue;
+                    }
+                };
                 let snapshot = Arc::new(derive(prev.as_ref().map(|(s, n)| (s, &**n)), &sample));
                 publish.send_replace(Some(Latest {
                     snapshot: snapshot.clone(),
@@ -44,16 +55,23 @@ pub fn spawn(
                 }));
                 notify::watchdog();
                 prev = Some((sample, snapshot));
-                // Fixed-rate ticks; after an overrun, start again from now.
-                next += interval;
-                let now = Instant::now();
-                if next < now {
-                    next = now;
-                }
-                match stop.recv_timeout(next - now) {
-                    Err(RecvTimeoutError::Timeout) => {}
-                    Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+                if !sleep_until_next(&mut next, interval, &stop) {
+                    return;
                 }
             }
         })
+}
+
+/// Waits for the next tick (fixed rate; after an overrun, from now on).
+/// Returns false when asked to stop.
+fn sleep_until_next(next: &mut Instant, interval: Duration, stop: &Receiver<()>) -> bool {
+    *next += interval;
+    let now = Instant::now();
+    if *next < now {
+        *next = now;
+    }
+    matches!(
+        stop.recv_timeout(*next - now),
+        Err(RecvTimeoutError::Timeout)
+    )
 }

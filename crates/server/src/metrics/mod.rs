@@ -15,7 +15,34 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetri
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// The exposition formats `/metrics` can answer in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// OpenMetrics 1.0 text: the default, and what Prometheus asks for.
+    OpenMetrics,
+    /// The classic Prometheus text format 0.0.4, for clients that ask for
+    /// `text/plain` only (older scrapers, `promtool check metrics`).
+    PrometheusText,
+}
+
+impl Format {
+    /// Picks the format from an `Accept` header.
+    pub fn negotiate(accept: Option<&str>) -> Format {
+        match accept {
+            Some(a) if a.contains("text/plain") && !a.contains("application/openmetrics-text") => {
+                Format::PrometheusText
+            }
+            _ => Format::OpenMetrics,
+        }
+    }
+
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            Format::PrometheusText => "text/plain; version=0.0.4; charset=utf-8",
+        }
+    }
+}
 
 /// Labels as (name, value) pairs.
 pub type Labels = Vec<(&'static str, String)>;
@@ -46,8 +73,8 @@ impl Collector for Scrape {
     }
 }
 
-/// Renders a snapshot; `None` (no sample yet) gives the build info only.
-pub fn render(snapshot: Arc<Snapshot>, max_processes: usize) -> String {
+/// Renders a snapshot in the given format.
+pub fn render(snapshot: Arc<Snapshot>, max_processes: usize, format: Format) -> String {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(Scrape {
         snapshot,
@@ -55,7 +82,12 @@ pub fn render(snapshot: Arc<Snapshot>, max_processes: usize) -> String {
     }));
     let mut out = String::with_capacity(16 * 1024);
     // Writing into a String cannot fail.
-    let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
+    let _ = match format {
+        Format::OpenMetrics => prometheus_client::encoding::text::encode(&mut out, &registry),
+        Format::PrometheusText => {
+            prometheus_client::encoding::prometheus_text::encode(&mut out, &registry)
+        }
+    };
     out
 }
 

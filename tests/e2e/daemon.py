@@ -1,0 +1,187 @@
+"""Runs the real stallwatch binary against the stand-in NVML library."""
+
+import gzip
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
+
+ROOT = Path(__file__).resolve().parents[2]
+TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "debug"
+BINARY = TARGET / "stallwatch"
+FAKE_NVML = TARGET / "libnvidia_ml.so"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_get(url, headers=None, timeout=5.0):
+    """Returns (status, headers, body bytes) without raising on 4xx/5xx."""
+    request = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as r:
+            return r.status, r.headers, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, e.read()
+
+
+def write_json_atomically(path, value):
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(value))
+    os.replace(tmp, path)
+
+
+def gpu(index, **fields):
+    """A scenario GPU with realistic defaults."""
+    base = {
+        "uuid": f"GPU-00000000-0000-0000-0000-00000000000{index}",
+        "name": "NVIDIA H100 80GB HBM3",
+        "pci_bus_id": f"00000000:{0x17 + index:02X}:00.0",
+        "utilization_gpu": 50,
+        "utilization_memory": 20,
+        "memory_total_bytes": 85899345920,
+        "memory_used_bytes": 1073741824,
+        "temperature_c": 50,
+        "power_mw": 200000,
+        "power_limit_mw": 700000,
+        "energy_mj": 1000000,
+        "sm_clock_mhz": 1980,
+        "memory_clock_mhz": 2619,
+        "clock_event_reasons": 0,
+        "pcie_tx_kbps": 1000,
+        "pcie_rx_kbps": 2000,
+        "processes": [],
+    }
+    base.update(fields)
+    return base
+
+
+class Metrics:
+    """Parsed OpenMetrics exposition, with strict parsing."""
+
+    def __init__(self, text):
+        self.text = text
+        self.samples = []
+        for family in text_string_to_metric_families(text):
+            self.samples.extend(family.samples)
+
+    def find(self, name, **labels):
+        want = {k: str(v) for k, v in labels.items()}
+        return [
+            s
+            for s in self.samples
+            if s.name == name and all(s.labels.get(k) == v for k, v in want.items())
+        ]
+
+    def value(self, name, **labels):
+        found = self.find(name, **labels)
+        assert len(found) == 1, f"expected one {name}{labels}, got {found}"
+        return found[0].value
+
+    def has(self, name, **labels):
+        return bool(self.find(name, **labels))
+
+
+class Daemon:
+    def __init__(self, tmp_path, scenario=None, config="", library=FAKE_NVML, interval="250ms"):
+        assert BINARY.exists(), f"{BINARY} missing: run `cargo build --workspace` first"
+        assert FAKE_NVML.exists(), f"{FAKE_NVML} missing: run `cargo build --workspace` first"
+        self.dir = tmp_path
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.scenario_path = tmp_path / "scenario.json"
+        self.config_path = tmp_path / "config.toml"
+        self.log_path = tmp_path / "daemon.log"
+        self.interval = interval
+        if scenario is not None:
+            self.set_scenario(scenario)
+        self.config_path.write_text(
+            f'[server]\nlisten = "127.0.0.1:{self.port}"\n'
+            f'[sampling]\ninterval = "{interval}"\n'
+            f'[gpu]\nnvml_library = "{library}"\ntimeout = "100ms"\ninit_retry_max = "2s"\n'
+            + config
+        )
+        self.process = None
+
+    def set_scenario(self, scenario):
+        write_json_atomically(self.scenario_path, scenario)
+
+    def start(self, wait=True, args=()):
+        env = dict(os.environ, STALLWATCH_FAKE_NVML=str(self.scenario_path), RUST_LOG="info")
+        self.log = open(self.log_path, "wb")
+        self.process = subprocess.Popen(
+            [str(BINARY), "--config", str(self.config_path), *args],
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        if wait:
+            self.wait_healthy()
+        return self
+
+    def wait_healthy(self, timeout=15.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.process.poll() is None, f"daemon exited: {self.logs()}"
+            try:
+                status, _, _ = http_get(self.url + "/healthz", timeout=1)
+                if status == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise AssertionError(f"daemon not healthy after {timeout}s: {self.logs()}")
+
+    def logs(self):
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def get(self, path, headers=None, timeout=5.0):
+        return http_get(self.url + path, headers, timeout)
+
+    def metrics(self):
+        status, headers, body = self.get("/metrics")
+        assert status == 200, body
+        assert headers["Content-Type"].startswith("application/openmetrics-text"), headers
+        return Metrics(body.decode())
+
+    def wait_for(self, predicate, timeout=10.0, what="condition"):
+        """Scrapes until predicate(metrics) is true; returns those metrics."""
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            last = self.metrics()
+            if predicate(last):
+                return last
+            time.sleep(0.1)
+        raise AssertionError(f"timed out waiting for {what}; last scrape:\n{last.text if last else ''}")
+
+    def stop(self):
+        if self.process is None or self.process.poll() is not None:
+            return self.process.returncode if self.process else None
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout=10)
+        finally:
+            self.log.close()
+
+    def kill(self):
+        if self.process and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def threads(self):
+        return len(os.listdir(f"/proc/{self.process.pid}/task"))
+
+
+def gzip_decode(body):
+    return gzip.decompress(body).decode()

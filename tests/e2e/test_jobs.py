@@ -1,0 +1,90 @@
+"""Jobs are real processes: their threads, children and output are read from /proc."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from daemon import gpu
+
+SPINNER = Path(__file__).with_name("spinner.py")
+
+
+@pytest.fixture
+def spinner(tmp_path):
+    out = open(tmp_path / "train.log", "w")
+    p = subprocess.Popen(
+        [sys.executable, str(SPINNER)], stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    yield p
+    kill_group(p)
+    out.close()
+
+
+def kill_group(p):
+    """Kills the process and its children (they share its session)."""
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    p.wait()
+
+
+def holding(pid, **fields):
+    return {"gpus": [gpu(0, processes=[{"pid": pid, "used_memory_bytes": 8 * 2**30, "sm_util": 5}], **fields)]}
+
+
+def test_spinning_thread_is_the_top_thread_and_vanishes_when_killed(daemon_factory, spinner):
+    d = daemon_factory(holding(spinner.pid)).start()
+    pid = str(spinner.pid)
+    m = d.wait_for(
+        lambda m: any(s.value > 0.8 for s in m.find("stallwatch_job_top_thread_cpu_ratio", pid=pid)),
+        what="the spinner's thread near one core",
+    )
+    top = m.find("stallwatch_job_top_thread_cpu_ratio", pid=pid)[0]
+    assert top.labels["thread"] == "spinner"
+    assert top.labels["comm"] == "python3" or top.labels["comm"].startswith("python")
+    assert top.value <= 1.0
+    assert m.value("stallwatch_job_processes", pid=pid) == 2, "the job includes its child"
+    assert m.value("stallwatch_job_threads", pid=pid, state="running") >= 1
+    assert m.value("stallwatch_job_memory_rss_bytes", pid=pid) > 1 << 20
+    cpu1 = m.value("stallwatch_job_cpu_seconds_total", pid=pid)
+    info = m.find("stallwatch_job_info", pid=pid)[0].labels
+    assert set(info) >= {"container_id", "systemd_unit", "pod_uid", "slurm_job_id"}
+    assert m.find("stallwatch_process_gpu_memory_bytes", pid=pid)[0].labels["comm"].startswith("python")
+    # Output progress: the log file behind stdout grows every 0.2 s.
+    last = m.value("stallwatch_job_last_output_timestamp_seconds", pid=pid)
+    assert abs(time.time() - last) < 3
+    time.sleep(0.6)
+    m = d.metrics()
+    assert m.value("stallwatch_job_cpu_seconds_total", pid=pid) > cpu1
+    # Killed: its job series are gone with the next samples.
+    kill_group(spinner)
+    m = d.wait_for(lambda m: not m.has("stallwatch_job_info", pid=pid), what="job series gone")
+    assert not m.has("stallwatch_job_top_thread_cpu_ratio", pid=pid)
+    # NVML still lists it (as a real driver does for a moment): nameless now.
+    assert m.find("stallwatch_process_gpu_memory_bytes", pid=pid)[0].labels["comm"] == ""
+    d.set_scenario({"gpus": [gpu(0)]})
+    d.wait_for(lambda m: not m.has("stallwatch_process_gpu_memory_bytes", pid=pid), what="process series gone")
+
+
+def test_silent_job_keeps_its_last_output_time(daemon_factory, tmp_path):
+    out = open(tmp_path / "quiet.log", "w")
+    p = subprocess.Popen([sys.executable, str(SPINNER), "--quiet"], stdout=out, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while "ready" not in (tmp_path / "quiet.log").read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        d = daemon_factory(holding(p.pid)).start()
+        pid = str(p.pid)
+        m = d.wait_for(lambda m: m.has("stallwatch_job_last_output_timestamp_seconds", pid=pid), what="output time")
+        first = m.value("stallwatch_job_last_output_timestamp_seconds", pid=pid)
+        time.sleep(1.0)
+        assert d.metrics().value("stallwatch_job_last_output_timestamp_seconds", pid=pid) == first
+    finally:
+        kill_group(p)
+        out.close()
