@@ -1,18 +1,9 @@
 //! stallwatch: tells people why their GPUs are idle.
 
-mod cli;
-mod config;
-mod health;
-mod http;
-mod logging;
-mod metrics;
-mod notify;
-mod run;
-mod sampler;
-
 use std::process::ExitCode;
 
 use clap::Parser;
+use stallwatch::{cli, run};
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();

@@ -1,0 +1,12 @@
+//! The `stallwatch` daemon: configuration, the sampling loop, the HTTP
+//! server (`/metrics`, `/healthz`) and the command line.
+
+pub mod cli;
+pub mod config;
+pub mod health;
+pub mod http;
+pub mod logging;
+pub mod metrics;
+pub mod notify;
+pub mod run;
+pub mod sampler;
