@@ -1,0 +1,210 @@
+//! Calls that other NVML clients (pynvml, nvitop) make, answered with fixed,
+//! H100-like values or `NOT_SUPPORTED`.
+
+use std::ffi::{c_int, c_uint};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::abi::{Bar1Memory, FieldValue, put};
+use crate::call::{Handle, device_call};
+use crate::codes::{INVALID_ARGUMENT, NOT_SUPPORTED, Ret};
+use crate::scenario::Feature;
+
+const BAR1_TOTAL_BYTES: u64 = 128 << 30;
+const MEMORY_BUS_WIDTH_BITS: c_uint = 5120;
+/// `samplingPeriodUs` reported with encoder/decoder utilization.
+const CODEC_SAMPLING_PERIOD_US: c_uint = 167_000;
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetMigMode(
+    device: Handle,
+    _current: *mut c_uint,
+    _pending: *mut c_uint,
+) -> Ret {
+    device_call("nvmlDeviceGetMigMode", device, None, |_, _, _| {
+        Err(NOT_SUPPORTED)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceIsMigDeviceHandle(device: Handle, is_mig: *mut c_uint) -> Ret {
+    device_call(
+        "nvmlDeviceIsMigDeviceHandle",
+        device,
+        None,
+        |_, _, _| unsafe { put(is_mig, 0) },
+    )
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetEncoderUtilization(
+    device: Handle,
+    util: *mut c_uint,
+    period_us: *mut c_uint,
+) -> Ret {
+    let feature = Some(Feature::EncoderUtilization);
+    device_call(
+        "nvmlDeviceGetEncoderUtilization",
+        device,
+        feature,
+        |_, _, _| unsafe {
+            put(util, 0)?;
+            put(period_us, CODEC_SAMPLING_PERIOD_US)
+        },
+    )
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetDecoderUtilization(
+    device: Handle,
+    util: *mut c_uint,
+    period_us: *mut c_uint,
+) -> Ret {
+    let feature = Some(Feature::DecoderUtilization);
+    device_call(
+        "nvmlDeviceGetDecoderUtilization",
+        device,
+        feature,
+        |_, _, _| unsafe {
+            put(util, 0)?;
+            put(period_us, CODEC_SAMPLING_PERIOD_US)
+        },
+    )
+}
+
+/// Every field answers `NOT_SUPPORTED` in its own `nvmlReturn`; the call succeeds.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetFieldValues(
+    device: Handle,
+    count: c_int,
+    values: *mut FieldValue,
+) -> Ret {
+    device_call("nvmlDeviceGetFieldValues", device, None, |_, _, _| {
+        let count = usize::try_from(count).map_err(|_| INVALID_ARGUMENT)?;
+        if values.is_null() {
+            return Err(INVALID_ARGUMENT);
+        }
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as i64);
+        for i in 0..count {
+            // SAFETY: the caller passes `count` records.
+            unsafe {
+                let slot = values.add(i);
+                let mut value = slot.read_unaligned();
+                value.timestamp = now;
+                value.latency_usec = 0;
+                value.nvml_return = NOT_SUPPORTED;
+                slot.write_unaligned(value);
+            }
+        }
+        Ok(())
+    })
+}
+
+/// P0.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetPerformanceState(device: Handle, state: *mut c_uint) -> Ret {
+    let feature = Some(Feature::PerformanceState);
+    device_call(
+        "nvmlDeviceGetPerformanceState",
+        device,
+        feature,
+        |_, _, _| unsafe { put(state, 0) },
+    )
+}
+
+/// Enabled.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetPersistenceMode(device: Handle, mode: *mut c_uint) -> Ret {
+    let feature = Some(Feature::PersistenceMode);
+    device_call(
+        "nvmlDeviceGetPersistenceMode",
+        device,
+        feature,
+        |_, _, _| unsafe { put(mode, 1) },
+    )
+}
+
+/// `NVML_COMPUTEMODE_DEFAULT`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetComputeMode(device: Handle, mode: *mut c_uint) -> Ret {
+    let feature = Some(Feature::ComputeMode);
+    device_call(
+        "nvmlDeviceGetComputeMode",
+        device,
+        feature,
+        |_, _, _| unsafe { put(mode, 0) },
+    )
+}
+
+/// Disabled: no display attached.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetDisplayMode(device: Handle, mode: *mut c_uint) -> Ret {
+    let feature = Some(Feature::DisplayMode);
+    device_call(
+        "nvmlDeviceGetDisplayMode",
+        device,
+        feature,
+        |_, _, _| unsafe { put(mode, 0) },
+    )
+}
+
+/// Disabled: no display attached.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetDisplayActive(device: Handle, active: *mut c_uint) -> Ret {
+    let feature = Some(Feature::DisplayMode);
+    device_call(
+        "nvmlDeviceGetDisplayActive",
+        device,
+        feature,
+        |_, _, _| unsafe { put(active, 0) },
+    )
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetCudaComputeCapability(
+    device: Handle,
+    major: *mut c_int,
+    minor: *mut c_int,
+) -> Ret {
+    let feature = Some(Feature::CudaComputeCapability);
+    device_call(
+        "nvmlDeviceGetCudaComputeCapability",
+        device,
+        feature,
+        |_, _, g| unsafe {
+            let [ma, mi] = g.cuda_compute_capability;
+            put(major, ma)?;
+            put(minor, mi)
+        },
+    )
+}
+
+/// 128 GiB, none used.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetBAR1MemoryInfo(device: Handle, bar1: *mut Bar1Memory) -> Ret {
+    device_call(
+        "nvmlDeviceGetBAR1MemoryInfo",
+        device,
+        Some(Feature::Bar1Memory),
+        |_, _, _| {
+            let value = Bar1Memory {
+                total: BAR1_TOTAL_BYTES,
+                free: BAR1_TOTAL_BYTES,
+                used: 0,
+            };
+            unsafe { put(bar1, value) }
+        },
+    )
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetMemoryBusWidth(device: Handle, width: *mut c_uint) -> Ret {
+    let feature = Some(Feature::MemoryBusWidth);
+    device_call(
+        "nvmlDeviceGetMemoryBusWidth",
+        device,
+        feature,
+        |_, _, _| unsafe { put(width, MEMORY_BUS_WIDTH_BITS) },
+    )
+}

@@ -1,0 +1,158 @@
+//! Further calls nvitop makes: driver model, ECC counts, serial number, MPS
+//! processes and MIG queries. No MIG, no MPS, no ECC errors.
+
+use std::ffi::{c_char, c_uint};
+
+use crate::abi::{ProcessInfoV1, ProcessInfoV2, put, put_str};
+use crate::call::{Handle, device_call};
+use crate::codes::{INVALID_ARGUMENT, NOT_SUPPORTED, Ret};
+use crate::process::fill;
+
+/// WDDM/TCC driver models exist on Windows only.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetDriverModel(
+    device: Handle,
+    _current: *mut c_uint,
+    _pending: *mut c_uint,
+) -> Ret {
+    device_call("nvmlDeviceGetDriverModel", device, None, |_, _, _| {
+        Err(NOT_SUPPORTED)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetDriverModel_v2(
+    device: Handle,
+    _current: *mut c_uint,
+    _pending: *mut c_uint,
+) -> Ret {
+    device_call("nvmlDeviceGetDriverModel_v2", device, None, |_, _, _| {
+        Err(NOT_SUPPORTED)
+    })
+}
+
+/// Zero errors of every kind.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetTotalEccErrors(
+    device: Handle,
+    kind: c_uint,
+    counter: c_uint,
+    count: *mut u64,
+) -> Ret {
+    device_call("nvmlDeviceGetTotalEccErrors", device, None, |_, _, _| {
+        if kind > 1 || counter > 1 {
+            return Err(INVALID_ARGUMENT);
+        }
+        unsafe { put(count, 0) }
+    })
+}
+
+/// Derived from the index: `1650000000000` + index.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetSerial(
+    device: Handle,
+    serial: *mut c_char,
+    length: c_uint,
+) -> Ret {
+    device_call("nvmlDeviceGetSerial", device, None, |_, i, _| unsafe {
+        put_str(
+            serial,
+            length,
+            &(1_650_000_000_000u64 + i as u64).to_string(),
+        )
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetMPSComputeRunningProcesses_v3(
+    device: Handle,
+    count: *mut c_uint,
+    infos: *mut ProcessInfoV2,
+) -> Ret {
+    device_call(
+        "nvmlDeviceGetMPSComputeRunningProcesses_v3",
+        device,
+        None,
+        |_, _, _| unsafe { fill(count, infos, Vec::new()) },
+    )
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetMPSComputeRunningProcesses_v2(
+    device: Handle,
+    count: *mut c_uint,
+    infos: *mut ProcessInfoV2,
+) -> Ret {
+    device_call(
+        "nvmlDeviceGetMPSComputeRunningProcesses_v2",
+        device,
+        None,
+        |_, _, _| unsafe { fill(count, infos, Vec::new()) },
+    )
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetMPSComputeRunningProcesses(
+    device: Handle,
+    count: *mut c_uint,
+    infos: *mut ProcessInfoV1,
+) -> Ret {
+    device_call(
+        "nvmlDeviceGetMPSComputeRunningProcesses",
+        device,
+        None,
+        |_, _, _| unsafe { fill(count, infos, Vec::new()) },
+    )
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetMaxMigDeviceCount(
+    device: Handle,
+    _count: *mut c_uint,
+) -> Ret {
+    device_call("nvmlDeviceGetMaxMigDeviceCount", device, None, |_, _, _| {
+        Err(NOT_SUPPORTED)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(
+    device: Handle,
+    _index: c_uint,
+    _mig: *mut Handle,
+) -> Ret {
+    device_call(
+        "nvmlDeviceGetMigDeviceHandleByIndex",
+        device,
+        None,
+        |_, _, _| Err(NOT_SUPPORTED),
+    )
+}
+
+/// Not a MIG device handle: invalid argument, as on a real driver.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetDeviceHandleFromMigDeviceHandle(
+    mig: Handle,
+    _device: *mut Handle,
+) -> Ret {
+    device_call(
+        "nvmlDeviceGetDeviceHandleFromMigDeviceHandle",
+        mig,
+        None,
+        |_, _, _| Err(INVALID_ARGUMENT),
+    )
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceId(device: Handle, _id: *mut c_uint) -> Ret {
+    device_call("nvmlDeviceGetGpuInstanceId", device, None, |_, _, _| {
+        Err(NOT_SUPPORTED)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetComputeInstanceId(device: Handle, _id: *mut c_uint) -> Ret {
+    device_call("nvmlDeviceGetComputeInstanceId", device, None, |_, _, _| {
+        Err(NOT_SUPPORTED)
+    })
+}

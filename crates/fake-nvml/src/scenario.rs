@@ -1,0 +1,295 @@
+//! The scenario file: what the stand-in library reports. See `docs/testing.md`.
+
+use serde::Deserialize;
+
+use crate::codes::ErrorCode;
+use crate::pci::PciAddress;
+
+/// At most this many GPUs (the size of the handle table).
+pub const MAX_GPUS: usize = 64;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Scenario {
+    pub driver_version: String,
+    pub nvml_version: String,
+    pub cuda_driver_version: i32,
+    pub init_error: Option<ErrorCode>,
+    pub gpus: Vec<Gpu>,
+    pub faults: Vec<Fault>,
+}
+
+impl Default for Scenario {
+    fn default() -> Self {
+        Self {
+            driver_version: "550.54.15".into(),
+            nvml_version: "12.550.54.15".into(),
+            cuda_driver_version: 12040,
+            init_error: None,
+            gpus: Vec::new(),
+            faults: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Gpu {
+    /// Empty: derived from the index.
+    pub uuid: String,
+    pub name: String,
+    /// Empty: derived from the index.
+    pub pci_bus_id: String,
+    #[serde(skip)]
+    pub pci: PciAddress,
+    pub pci_device_id: u32,
+    pub pci_subsystem_id: u32,
+    pub lost: bool,
+    pub utilization_gpu: u32,
+    pub utilization_memory: u32,
+    pub memory_total_bytes: u64,
+    pub memory_used_bytes: u64,
+    pub memory_reserved_bytes: u64,
+    pub temperature_c: u32,
+    pub power_mw: u32,
+    pub power_limit_mw: u32,
+    pub energy_mj: u64,
+    pub sm_clock_mhz: u32,
+    pub memory_clock_mhz: u32,
+    pub max_sm_clock_mhz: u32,
+    pub max_memory_clock_mhz: u32,
+    pub clock_event_reasons: u64,
+    pub pcie_tx_kbps: u32,
+    pub pcie_rx_kbps: u32,
+    pub fan_speed: u32,
+    pub cuda_compute_capability: [i32; 2],
+    pub unsupported: Vec<Feature>,
+    pub processes: Vec<Process>,
+}
+
+impl Default for Gpu {
+    fn default() -> Self {
+        Self {
+            uuid: String::new(),
+            name: "NVIDIA H100 80GB HBM3".into(),
+            pci_bus_id: String::new(),
+            pci: PciAddress::default(),
+            pci_device_id: 0x2330_10DE,
+            pci_subsystem_id: 0x16C1_10DE,
+            lost: false,
+            utilization_gpu: 0,
+            utilization_memory: 0,
+            memory_total_bytes: 80 << 30,
+            memory_used_bytes: 0,
+            memory_reserved_bytes: 0,
+            temperature_c: 35,
+            power_mw: 70_000,
+            power_limit_mw: 700_000,
+            energy_mj: 0,
+            sm_clock_mhz: 1980,
+            memory_clock_mhz: 2619,
+            max_sm_clock_mhz: 1980,
+            max_memory_clock_mhz: 2619,
+            clock_event_reasons: 0,
+            pcie_tx_kbps: 0,
+            pcie_rx_kbps: 0,
+            fan_speed: 0,
+            cuda_compute_capability: [9, 0],
+            unsupported: Vec::new(),
+            processes: Vec::new(),
+        }
+    }
+}
+
+impl Gpu {
+    pub fn supports(&self, feature: Feature) -> bool {
+        !self.unsupported.contains(&feature)
+    }
+}
+
+/// Groups of calls that `unsupported` can switch to `NVML_ERROR_NOT_SUPPORTED`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Feature {
+    Utilization,
+    Memory,
+    Temperature,
+    Power,
+    PowerLimit,
+    Energy,
+    Clocks,
+    #[serde(alias = "throttle_reasons")]
+    ClockEventReasons,
+    Pcie,
+    FanSpeed,
+    Processes,
+    ProcessUtilization,
+    EncoderUtilization,
+    DecoderUtilization,
+    PerformanceState,
+    PersistenceMode,
+    ComputeMode,
+    DisplayMode,
+    CudaComputeCapability,
+    Bar1Memory,
+    MemoryBusWidth,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProcessType {
+    #[default]
+    Compute,
+    Graphics,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Process {
+    pub pid: u32,
+    /// Absent: reported as `NVML_VALUE_NOT_AVAILABLE`.
+    #[serde(default)]
+    pub used_memory_bytes: Option<u64>,
+    #[serde(default)]
+    pub sm_util: u32,
+    #[serde(default)]
+    pub mem_util: u32,
+    #[serde(default, rename = "type")]
+    pub kind: ProcessType,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fault {
+    pub call: String,
+    #[serde(default)]
+    pub gpu: Option<usize>,
+    #[serde(default)]
+    pub error: Option<ErrorCode>,
+    #[serde(default)]
+    pub delay_ms: u64,
+}
+
+impl Scenario {
+    /// Parses and completes a scenario: derived defaults filled in, bus IDs parsed.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut s: Scenario = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        if s.gpus.len() > MAX_GPUS {
+            return Err(format!(
+                "{} GPUs listed, at most {MAX_GPUS} supported",
+                s.gpus.len()
+            ));
+        }
+        for (i, gpu) in s.gpus.iter_mut().enumerate() {
+            if gpu.uuid.is_empty() {
+                gpu.uuid = format!("GPU-00000000-0000-4000-8000-{i:012x}");
+            }
+            if gpu.pci_bus_id.is_empty() {
+                gpu.pci = PciAddress {
+                    domain: 0,
+                    bus: 0x10 + i as u32,
+                    device: 0,
+                    function: 0,
+                };
+            } else {
+                gpu.pci = PciAddress::parse(&gpu.pci_bus_id).ok_or_else(|| {
+                    format!("gpus[{i}].pci_bus_id: cannot parse {:?}", gpu.pci_bus_id)
+                })?;
+            }
+            gpu.pci_bus_id = gpu.pci.to_string();
+        }
+        Ok(s)
+    }
+
+    /// The first fault that matches `call` (an exported symbol name) on `gpu`
+    /// (`None` for calls that are not about one device).
+    pub fn fault(&self, call: &str, gpu: Option<usize>) -> Option<&Fault> {
+        let call = call_family(call);
+        self.faults
+            .iter()
+            .find(|f| call_family(&f.call) == call && (f.gpu.is_none() || f.gpu == gpu))
+    }
+}
+
+/// A symbol name without its `_vN` suffix, with renamed calls folded together.
+fn call_family(name: &str) -> &str {
+    let name = name.trim();
+    let base = match name.rfind("_v") {
+        Some(at) if name[at + 2..].chars().all(|c| c.is_ascii_digit()) && at + 2 < name.len() => {
+            &name[..at]
+        }
+        _ => name,
+    };
+    match base {
+        "nvmlDeviceGetCurrentClocksEventReasons" => "nvmlDeviceGetCurrentClocksThrottleReasons",
+        "nvmlInitWithFlags" => "nvmlInit",
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn call_families() {
+        assert_eq!(call_family("nvmlInit_v2"), "nvmlInit");
+        assert_eq!(call_family("nvmlInitWithFlags"), "nvmlInit");
+        assert_eq!(
+            call_family("nvmlDeviceGetMemoryInfo_v2"),
+            "nvmlDeviceGetMemoryInfo"
+        );
+        assert_eq!(
+            call_family("nvmlDeviceGetTemperatureV"),
+            "nvmlDeviceGetTemperatureV"
+        );
+        assert_eq!(
+            call_family("nvmlDeviceGetCurrentClocksEventReasons"),
+            "nvmlDeviceGetCurrentClocksThrottleReasons"
+        );
+    }
+
+    #[test]
+    fn defaults_and_rejections() {
+        let s = Scenario::parse(r#"{"gpus": [{}, {"pci_bus_id": "0000:3b:00.0"}]}"#).unwrap();
+        assert_eq!(s.gpus[0].pci_bus_id, "00000000:10:00.0");
+        assert_eq!(s.gpus[1].pci_bus_id, "00000000:3B:00.0");
+        assert_eq!(s.gpus[1].uuid, "GPU-00000000-0000-4000-8000-000000000001");
+        assert!(Scenario::parse(r#"{"gpu": []}"#).is_err());
+        assert!(Scenario::parse(r#"{"gpus": [{"unsupported": ["warp_drive"]}]}"#).is_err());
+        assert!(Scenario::parse(r#"{"init_error": "nonsense"}"#).is_err());
+        assert_eq!(
+            Scenario::parse(r#"{"init_error": 9}"#)
+                .unwrap()
+                .init_error
+                .unwrap()
+                .0,
+            9
+        );
+    }
+
+    #[test]
+    fn docs_example_parses() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/testing.md");
+        let doc = std::fs::read_to_string(path).expect("docs/testing.md");
+        let example = doc
+            .split("### Example scenario")
+            .nth(1)
+            .expect("example section");
+        let json = example
+            .split("```json")
+            .nth(1)
+            .and_then(|b| b.split("```").next());
+        let s = Scenario::parse(json.expect("json block")).unwrap();
+        assert_eq!(s.gpus.len(), 2);
+        assert_eq!(s.gpus[1].pci_bus_id, "00000000:3B:00.0");
+        assert!(!s.gpus[1].supports(Feature::Energy));
+        assert_eq!(
+            s.fault("nvmlDeviceGetUtilizationRates", Some(1))
+                .unwrap()
+                .delay_ms,
+            30_000
+        );
+        assert!(s.fault("nvmlDeviceGetUtilizationRates", Some(0)).is_none());
+    }
+}
