@@ -1,0 +1,430 @@
+//! Every threshold and time of the detectors, with the defaults in one place.
+//! `[diagnosis]` holds the shared settings, `[diagnosis.<kind>]` each kind's.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::Kind;
+
+fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+macro_rules! config_struct {
+    ($(#[$meta:meta])* $name:ident { $($(#[$fmeta:meta])* $field:ident : $ty:ty = $default:expr),* $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+        #[serde(default, deny_unknown_fields)]
+        pub struct $name {
+            $($(#[$fmeta])* pub $field: $ty,)*
+        }
+
+        impl Default for $name {
+            fn default() -> Self {
+                $name { $($field: $default,)* }
+            }
+        }
+    };
+}
+
+config_struct!(
+    /// Shared settings and one section per kind.
+    DiagnosisConfig {
+        /// Grace period after a job's own start time in which no stall kind fires.
+        #[serde(with = "humantime_serde")]
+        warmup: Duration = secs(120),
+        /// Utilization below this makes a sample "idle".
+        idle_below: f64 = 0.05,
+        /// Utilization at or above this makes a sample "busy".
+        busy_above: f64 = 0.95,
+        /// How many recent events are kept in memory for the API.
+        events_capacity: usize = 1000,
+        /// Multiplies every window, enter, exit, warm-up and hang time (1 = as written).
+        time_scale: f64 = 1.0,
+        /// No-progress kinds: the hang time is this many times the job's usual
+        /// interval between output growths, clamped to [hang_min, hang_max].
+        hang_multiplier: f64 = 5.0,
+        #[serde(with = "humantime_serde")]
+        hang_min: Duration = secs(600),
+        #[serde(with = "humantime_serde")]
+        hang_max: Duration = secs(3600),
+        input_starved: InputStarved = InputStarved::default(),
+        input_bound: InputBound = InputBound::default(),
+        single_thread_bound: SingleThreadBound = SingleThreadBound::default(),
+        cpu_saturated: CpuSaturated = CpuSaturated::default(),
+        io_bound: IoBound = IoBound::default(),
+        busy_no_progress: BusyNoProgress = BusyNoProgress::default(),
+        idle_no_progress: IdleNoProgress = IdleNoProgress::default(),
+        host_memory_pressure: HostMemoryPressure = HostMemoryPressure::default(),
+        gpu_memory_full: GpuMemoryFull = GpuMemoryFull::default(),
+        shared_gpu: SharedGpu = SharedGpu::default(),
+        leftover_process: LeftoverProcess = LeftoverProcess::default(),
+        throttled: Throttled = Throttled::default(),
+    }
+);
+
+config_struct!(
+    /// GPU almost always idle while the job's pipeline works.
+    InputStarved {
+        enabled: bool = true,
+        #[serde(with = "humantime_serde")]
+        window: Duration = secs(60),
+        #[serde(with = "humantime_serde")]
+        enter_for: Duration = secs(20),
+        #[serde(with = "humantime_serde")]
+        exit_for: Duration = secs(30),
+        max_mean: f64 = 0.10,
+        min_idle_share: f64 = 0.8,
+        /// The job must be alive: CPU in cores, mean over the window.
+        min_job_cpu: f64 = 0.05,
+        /// Leave when the utilization mean over `exit_for` rises above this.
+        exit_mean: f64 = 0.25,
+    }
+);
+
+config_struct!(
+    /// GPU idle a good part of the time: utilization swinging, mean low.
+    InputBound {
+        enabled: bool = true,
+        #[serde(with = "humantime_serde")]
+        window: Duration = secs(120),
+        #[serde(with = "humantime_serde")]
+        enter_for: Duration = secs(30),
+        #[serde(with = "humantime_serde")]
+        exit_for: Duration = secs(60),
+        max_mean: f64 = 0.5,
+        min_idle_share: f64 = 0.2,
+        exit_mean: f64 = 0.6,
+        exit_idle_share: f64 = 0.1,
+    }
+);
+
+config_struct!(
+    /// One thread of the job pinned at a full core while the GPU waits.
+    SingleThreadBound {
+        enabled: bool = true,
+        #[serde(with = "humantime_serde")]
+        window: Duration = secs(60),
+        #[serde(with = "humantime_serde")]
+        enter_for: Duration = secs(15),
+        #[serde(with = "humantime_serde")]
+        exit_for: Duration = secs(60),
+        /// A sample counts as pinned when the busiest thread used this share of a core.
+        min_thread_cpu: f64 = 0.9,
+        /// Share of the window's samples that must be pinned.
+        min_pinned_share: f64 = 0.8,
+        exit_thread_cpu: f64 = 0.7,
+    }
+);
+
+config_struct!(
+    /// The host has too little CPU for the input pipeline.
+    CpuSaturated {
+        enabled: bool = true,
+        #[serde(with = "humantime_serde")]
+        window: Duration = secs(60),
+        #[serde(with = "humantime_serde")]
+        enter_for: Duration = secs(15),
+        #[serde(with = "humantime_serde")]
+        exit_for: Duration = secs(60),
+        min_host_cpu: f64 = 0.85,
+        /// PSI cpu "some" avg10, as a ratio.
+        min_psi_cpu: f64 = 0.20,
+        exit_host_cpu: f64 = 0.70,
+        exit_psi_cpu: f64 = 0.10,
+    }
+);
+
+config_struct!(
+    /// The input pipeline waits on storage.
+    IoBound {
+        enabled: bool = true,
+        #[serde(with = "humantime_serde")]
+        window: Duration = secs(60),
+        #[serde(with = "humantime_serde")]
+        enter_for: Duration = secs(15),
+        #[serde(with = "humantime_serde")]
+        exit_for: Duration = secs(60),
+        /// PSI io "some" avg10, as a ratio.
+        min_psi_io: f64 = 0.20,
+        /// Share of samples with a job thread in D (uninterruptible) state.
+        min_disk_sleep_share: f64 = 0.3,
+        exit_psi_io: f64 = 0.10,
+        exit_disk_sleep_share: f64 = 0.1,
+    }
+);
+
+config_struct!(
+    /// GPU busy all the time, no output for the hang time, power low: a hang
+    /// (a spinning kernel or a stuck collective).
+    BusyNoProgress {
+        enabled: bool = true,
+        #[serde(with = "humantime_serde")]
+        window: Duration = secs(300),
+        #[serde(with = "humantime_serde")]
+        enter_for: Duration = secs(30),
+        #[serde(with = "humantime_serde")]
+        exit_for: Duration = secs(5),
+        min_busy_share: f64 = 0.95,
+        /// Power must be under this share of the GPU's busy baseline (learned
+        /// while the job made progress)...
+        max_power_of_baseline: f64 = 0.7,
+        /// ...or, with no baseline yet, under this share of the power limit.
+        max_power_of_limit: f64 = 0.4,
+        exit_busy_share: f64 = 0.5,
+    }
+);
+
+config_struct!(
+    /// GPU idle, job idle, no output for the hang time: a deadlock or a wait
+    /// that never ends.
+    IdleNoProgress {
+        enabled: bool = true,
+        #[serde(with = "humantime_serde")]
+        window: Duration = secs(300),
+        #[serde(with = "humantime_serde")]
+        enter_for: Duration = secs(30),
+        #[serde(with = "humantime_serde")]
+        exit_for: Duration = secs(5),
+        max_mean: f64 = 0.05,
+        /// Job CPU in cores, mean over the window.
+        max_job_cpu: f64 = 0.05,
+    }
+);
+
+config_struct!(
+    /// The host is short of memory.
+    HostMemoryPressure {
+        enabled: bool = true,
+        #[serde(with = "humantime_serde")]
+        enter_for: Duration = secs(30),
+        #[serde(with = "humantime_serde")]
+        exit_for: Duration = secs(60),
+        /// MemAvailable / MemTotal.
+        max_available: f64 = 0.10,
+        /// PSI memory "some" avg10, as a ratio.
+        min_psi_memory: f64 = 0.10,
+        exit_available: f64 = 0.15,
+        exit_psi_memory: f64 = 0.05,
+    }
+);
+
+config_struct!(
+    /// GPU memory nearly full (context: TensorFlow preallocates by default).
+    GpuMemoryFull {
+        enabled: bool = true,
+        #[serde(with = "humantime_serde")]
+        enter_for: Duration = secs(30),
+        #[serde(with = "humantime_serde")]
+        exit_for: Duration = secs(30),
+        min_used: f64 = 0.98,
+        exit_used: f64 = 0.95,
+    }
+);
+
+config_struct!(
+    /// Two or more separate processes hold sizeable memory on one GPU.
+    SharedGpu {
+        enabled: bool = true,
+        #[serde(with = "humantime_serde")]
+        enter_for: Duration = secs(30),
+        #[serde(with = "humantime_serde")]
+        exit_for: Duration = secs(60),
+        min_process_memory_bytes: u64 = 256 << 20,
+    }
+);
+
+config_struct!(
+    /// A process holds GPU memory without using the GPU, and its parent is
+    /// gone (zombie, orphaned to pid 1, or no longer in /proc).
+    LeftoverProcess {
+        enabled: bool = true,
+        /// How long without SM activity before it counts.
+        #[serde(with = "humantime_serde")]
+        idle_for: Duration = secs(600),
+        #[serde(with = "humantime_serde")]
+        exit_for: Duration = secs(5),
+    }
+);
+
+config_struct!(
+    /// Clocks held down by power or thermal limits while the GPU is busy.
+    Throttled {
+        enabled: bool = true,
+        #[serde(with = "humantime_serde")]
+        window: Duration = secs(60),
+        #[serde(with = "humantime_serde")]
+        enter_for: Duration = secs(10),
+        #[serde(with = "humantime_serde")]
+        exit_for: Duration = secs(60),
+        /// Share of busy samples with a power, thermal or hardware slowdown reason.
+        min_share: f64 = 0.8,
+        /// Samples at or above this utilization count as busy here.
+        min_utilization: f64 = 0.5,
+    }
+);
+
+/// The timing every kind has, scaled by `time_scale`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Timing {
+    pub enabled: bool,
+    pub window: f64,
+    pub enter_for: f64,
+    pub exit_for: f64,
+}
+
+impl DiagnosisConfig {
+    fn scaled(&self, d: Duration) -> f64 {
+        d.as_secs_f64() * self.time_scale
+    }
+
+    pub fn warmup_seconds(&self) -> f64 {
+        self.scaled(self.warmup)
+    }
+
+    pub fn hang_bounds(&self) -> (f64, f64) {
+        (self.scaled(self.hang_min), self.scaled(self.hang_max))
+    }
+
+    pub fn leftover_idle_seconds(&self) -> f64 {
+        self.scaled(self.leftover_process.idle_for)
+    }
+
+    /// Enabled flag, window, enter and exit times of a kind, in seconds.
+    pub fn timing(&self, kind: Kind) -> Timing {
+        let t = |enabled, window: Duration, enter: Duration, exit: Duration| Timing {
+            enabled,
+            window: self.scaled(window),
+            enter_for: self.scaled(enter),
+            exit_for: self.scaled(exit),
+        };
+        let zero = Duration::ZERO;
+        match kind {
+            Kind::InputStarved => {
+                let c = &self.input_starved;
+                t(c.enabled, c.window, c.enter_for, c.exit_for)
+            }
+            Kind::InputBound => {
+                let c = &self.input_bound;
+                t(c.enabled, c.window, c.enter_for, c.exit_for)
+            }
+            Kind::SingleThreadBound => {
+                let c = &self.single_thread_bound;
+                t(c.enabled, c.window, c.enter_for, c.exit_for)
+            }
+            Kind::CpuSaturated => {
+                let c = &self.cpu_saturated;
+                t(c.enabled, c.window, c.enter_for, c.exit_for)
+            }
+            Kind::IoBound => {
+                let c = &self.io_bound;
+                t(c.enabled, c.window, c.enter_for, c.exit_for)
+            }
+            Kind::BusyNoProgress => {
+                let c = &self.busy_no_progress;
+                t(c.enabled, c.window, c.enter_for, c.exit_for)
+            }
+            Kind::IdleNoProgress => {
+                let c = &self.idle_no_progress;
+                t(c.enabled, c.window, c.enter_for, c.exit_for)
+            }
+            Kind::HostMemoryPressure => {
+                let c = &self.host_memory_pressure;
+                t(c.enabled, zero, c.enter_for, c.exit_for)
+            }
+            Kind::GpuMemoryFull => {
+                let c = &self.gpu_memory_full;
+                t(c.enabled, zero, c.enter_for, c.exit_for)
+            }
+            Kind::SharedGpu => {
+                let c = &self.shared_gpu;
+                t(c.enabled, zero, c.enter_for, c.exit_for)
+            }
+            Kind::LeftoverProcess => {
+                let c = &self.leftover_process;
+                t(c.enabled, zero, zero, c.exit_for)
+            }
+            Kind::Throttled => {
+                let c = &self.throttled;
+                t(c.enabled, c.window, c.enter_for, c.exit_for)
+            }
+        }
+    }
+
+    /// The longest history any detector needs, in seconds.
+    pub fn history_seconds(&self) -> f64 {
+        Kind::ALL
+            .iter()
+            .map(|k| self.timing(*k).window)
+            .fold(0.0, f64::max)
+    }
+
+    /// Checks values; the error names the key.
+    pub fn validate(&self) -> Result<(), String> {
+        let ratio = |key: &str, v: f64| {
+            if (0.0..=1.0).contains(&v) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "`diagnosis.{key}` must be between 0 and 1, got {v}"
+                ))
+            }
+        };
+        ratio("idle_below", self.idle_below)?;
+        ratio("busy_above", self.busy_above)?;
+        if !(self.time_scale > 0.0 && self.time_scale.is_finite()) {
+            return Err(format!(
+                "`diagnosis.time_scale` must be greater than 0, got {}",
+                self.time_scale
+            ));
+        }
+        if self.hang_min > self.hang_max {
+            return Err("`diagnosis.hang_min` must not exceed `diagnosis.hang_max`".to_owned());
+        }
+        if self.hang_multiplier < 1.0 {
+            return Err("`diagnosis.hang_multiplier` must be at least 1".to_owned());
+        }
+        if self.events_capacity == 0 {
+            return Err("`diagnosis.events_capacity` must be at least 1".to_owned());
+        }
+        for kind in Kind::ALL {
+            let t = self.timing(kind);
+            if t.window < 0.0 || t.enter_for < 0.0 || t.exit_for < 0.0 {
+                return Err(format!("`diagnosis.{kind}` times must not be negative"));
+            }
+        }
+        let s = &self.input_starved;
+        ratio("input_starved.max_mean", s.max_mean)?;
+        ratio("input_starved.min_idle_share", s.min_idle_share)?;
+        ratio("input_starved.exit_mean", s.exit_mean)?;
+        let b = &self.input_bound;
+        ratio("input_bound.max_mean", b.max_mean)?;
+        ratio("input_bound.min_idle_share", b.min_idle_share)?;
+        ratio("input_bound.exit_mean", b.exit_mean)?;
+        ratio("input_bound.exit_idle_share", b.exit_idle_share)?;
+        ratio(
+            "single_thread_bound.min_pinned_share",
+            self.single_thread_bound.min_pinned_share,
+        )?;
+        ratio(
+            "cpu_saturated.min_host_cpu",
+            self.cpu_saturated.min_host_cpu,
+        )?;
+        ratio(
+            "io_bound.min_disk_sleep_share",
+            self.io_bound.min_disk_sleep_share,
+        )?;
+        ratio(
+            "busy_no_progress.min_busy_share",
+            self.busy_no_progress.min_busy_share,
+        )?;
+        ratio(
+            "host_memory_pressure.max_available",
+            self.host_memory_pressure.max_available,
+        )?;
+        ratio("gpu_memory_full.min_used", self.gpu_memory_full.min_used)?;
+        ratio("throttled.min_share", self.throttled.min_share)?;
+        Ok(())
+    }
+}

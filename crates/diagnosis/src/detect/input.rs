@@ -1,0 +1,51 @@
+//! The GPU waits for data: almost always (starved) or a good part of the
+//! time (input-bound).
+
+use super::{Ctx, Finding};
+use crate::Kind;
+use crate::hysteresis::Condition;
+
+pub fn starved(ctx: &Ctx) -> Finding {
+    let c = &ctx.config.input_starved;
+    let w = ctx.window(Kind::InputStarved);
+    let stats = w.utilization(ctx.config.idle_below, ctx.config.busy_above);
+    let job_cpu = w.mean(|p| p.job_cpu).unwrap_or(0.0);
+    let enter = ctx.job_throughout(&w)
+        && stats.is_some_and(|s| s.mean < c.max_mean && s.idle_share >= c.min_idle_share)
+        && job_cpu >= c.min_job_cpu;
+    let recent = ctx
+        .history
+        .window(ctx.config.timing(Kind::InputStarved).exit_for.max(1.0));
+    let has_job = ctx.history.latest().is_some_and(|p| p.has_job);
+    let exit = !has_job
+        || recent
+            .mean(|p| p.utilization)
+            .is_some_and(|m| m > c.exit_mean);
+    Finding {
+        condition: Condition { enter, exit },
+        evidence: ctx.utilization_evidence(&w),
+    }
+}
+
+pub fn bound(ctx: &Ctx) -> Finding {
+    let c = &ctx.config.input_bound;
+    let w = ctx.window(Kind::InputBound);
+    let stats = w.utilization(ctx.config.idle_below, ctx.config.busy_above);
+    // Starved is the stronger finding: bound covers the rest.
+    let starved = ctx.starved_active || ctx.starved_enter;
+    let enter = ctx.job_throughout(&w)
+        && !starved
+        && stats.is_some_and(|s| s.mean < c.max_mean && s.idle_share >= c.min_idle_share);
+    let recent = ctx
+        .history
+        .window(ctx.config.timing(Kind::InputBound).exit_for.max(1.0));
+    let recent_stats = recent.utilization(ctx.config.idle_below, ctx.config.busy_above);
+    let has_job = ctx.history.latest().is_some_and(|p| p.has_job);
+    let exit = !has_job
+        || ctx.starved_active
+        || recent_stats.is_some_and(|s| s.mean >= c.exit_mean || s.idle_share < c.exit_idle_share);
+    Finding {
+        condition: Condition { enter, exit },
+        evidence: ctx.utilization_evidence(&w),
+    }
+}

@@ -1,0 +1,124 @@
+//! One small detector per kind. Each looks at the GPU's history and the
+//! current frame and says whether its enter and exit conditions hold, with
+//! the evidence it used. Timing (enter/exit times) is the engine's job.
+
+mod input;
+mod memory;
+mod processes;
+mod progress;
+mod refine;
+mod throttle;
+
+pub use throttle::THROTTLE_MASK;
+
+use crate::Kind;
+use crate::config::DiagnosisConfig;
+use crate::evidence::{Evidence, ProcessEvidence, ThreadEvidence, round, round_opt};
+use crate::frame::{GpuFrame, HostFrame, JobFrame};
+use crate::hysteresis::Condition;
+use crate::window::{History, Window};
+
+/// Everything a detector may look at for one GPU at one sample.
+pub struct Ctx<'a> {
+    pub config: &'a DiagnosisConfig,
+    pub t: f64,
+    pub gpu: &'a GpuFrame,
+    /// Live jobs on this GPU (not zombies, not leftovers), warming up or not.
+    pub jobs: Vec<&'a JobFrame>,
+    pub host: &'a HostFrame,
+    pub history: &'a History,
+    /// Seconds since the GPU's jobs last showed output progress.
+    pub silent_seconds: Option<f64>,
+    /// The hang time for the GPU's jobs.
+    pub hang_seconds: f64,
+    /// Typical busy power of this GPU while its job made progress.
+    pub power_baseline: Option<f64>,
+    /// Processes the leftover tracker currently accuses.
+    pub leftovers: Vec<ProcessEvidence>,
+    /// Separate live processes with sizeable memory on this GPU.
+    pub sharers: Vec<ProcessEvidence>,
+    /// Whether input_starved / input_bound are active, and whether their
+    /// enter conditions hold now (set as they are evaluated, before the
+    /// kinds that depend on them).
+    pub starved_active: bool,
+    pub bound_active: bool,
+    pub starved_enter: bool,
+    pub bound_enter: bool,
+}
+
+/// A detector's answer for one sample.
+pub struct Finding {
+    pub condition: Condition,
+    pub evidence: Evidence,
+}
+
+impl Ctx<'_> {
+    pub fn window(&self, kind: Kind) -> Window<'_> {
+        self.history.window(self.config.timing(kind).window)
+    }
+
+    /// Utilization evidence over a window.
+    pub fn utilization_evidence(&self, w: &Window) -> Evidence {
+        let stats = w.utilization(self.config.idle_below, self.config.busy_above);
+        Evidence {
+            window_seconds: Some(round(w.seconds())),
+            utilization_mean: stats.map(|s| round(s.mean)),
+            utilization_stddev: stats.map(|s| round(s.stddev)),
+            idle_share: stats.map(|s| round(s.idle_share)),
+            busy_share: stats.map(|s| round(s.busy_share)),
+            gpu_memory_used_ratio: round_opt(self.gpu.memory_used_ratio()),
+            job_cpu_cores: round_opt(w.mean(|p| p.job_cpu)),
+            top_threads: self.top_threads(),
+            psi_cpu_some: round_opt(self.host.psi_cpu_some),
+            psi_io_some: round_opt(self.host.psi_io_some),
+            ..Evidence::default()
+        }
+    }
+
+    /// The busiest threads across the GPU's jobs, busiest first (at most 3).
+    pub fn top_threads(&self) -> Vec<ThreadEvidence> {
+        let mut threads: Vec<ThreadEvidence> = self
+            .jobs
+            .iter()
+            .flat_map(|j| j.top_threads.iter())
+            .map(|t| ThreadEvidence {
+                pid: t.pid,
+                tid: t.tid,
+                name: t.name.clone(),
+                state: t.state.to_string(),
+                cpu_ratio: round(t.cpu),
+            })
+            .collect();
+        threads.sort_by(|a, b| b.cpu_ratio.total_cmp(&a.cpu_ratio));
+        threads.truncate(3);
+        threads
+    }
+
+    /// The window is covered by samples in which a live, warmed-up job held the GPU.
+    pub fn job_throughout(&self, w: &Window) -> bool {
+        w.covered() && w.all(|p| p.has_job)
+    }
+
+    /// A refinement may look for its cause while the GPU is starved or
+    /// input-bound, or about to be.
+    pub fn refinement_parent(&self) -> bool {
+        self.starved_active || self.bound_active || self.starved_enter || self.bound_enter
+    }
+}
+
+pub fn detect(kind: Kind, ctx: &Ctx) -> Finding {
+    match kind {
+        Kind::InputStarved => input::starved(ctx),
+        Kind::InputBound => input::bound(ctx),
+        Kind::SingleThreadBound => refine::single_thread(ctx),
+        Kind::CpuSaturated => refine::cpu_saturated(ctx),
+        Kind::IoBound => refine::io_bound(ctx),
+        Kind::BusyNoProgress => progress::busy(ctx),
+        Kind::IdleNoProgress => progress::idle(ctx),
+        Kind::HostMemoryPressure => memory::host_pressure(ctx),
+        Kind::GpuMemoryFull => memory::gpu_full(ctx),
+        Kind::SharedGpu => processes::shared(ctx),
+        Kind::LeftoverProcess => processes::leftover(ctx),
+        Kind::Throttled => throttle::throttled(ctx),
+    }
+}

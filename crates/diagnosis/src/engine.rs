@@ -1,0 +1,518 @@
+//! The engine: frames in, per-GPU state and events out. Pure: time comes
+//! with the frames.
+
+use std::collections::VecDeque;
+
+use crate::config::DiagnosisConfig;
+use crate::detect::{Ctx, detect};
+use crate::evidence::{Evidence, ProcessEvidence, ThreadEvidence, round};
+use crate::frame::{Frame, GpuFrame, JobFrame};
+use crate::hint::hint;
+use crate::hysteresis::{Episode, Transition};
+use crate::status::{ActiveKind, Event, GpuStatus, JobRef, JobStatus, KindCounters, Phase};
+use crate::tracking::{ProcessActivity, Progress};
+use crate::window::{History, Point};
+use crate::{Kind, Verdict};
+
+/// A gap between samples longer than this does not count as stalled or
+/// idle time (the daemon was paused, or GPU data was missing).
+const MAX_STEP_SECONDS: f64 = 10.0;
+
+/// Samples of busy power while the job progressed before a baseline counts.
+const BASELINE_SAMPLES: u32 = 10;
+
+const THROTTLE_MASK: u64 = crate::detect::THROTTLE_MASK;
+
+#[derive(Debug)]
+struct GpuState {
+    index: u32,
+    uuid: String,
+    history: History,
+    episodes: [Episode; 12],
+    evidence: [Evidence; 12],
+    seconds_total: [f64; 12],
+    events_total: [u64; 12],
+    verdict: Verdict,
+    verdict_since: f64,
+    job_idle_seconds_total: f64,
+    power_baseline: Option<f64>,
+    baseline_samples: u32,
+    activity: ProcessActivity,
+    leftover_pids: Vec<u32>,
+    last_t: Option<f64>,
+    jobs: Vec<JobStatus>,
+}
+
+impl GpuState {
+    fn new(gpu: &GpuFrame, t: f64) -> Self {
+        GpuState {
+            index: gpu.index,
+            uuid: gpu.uuid.clone(),
+            history: History::default(),
+            episodes: Default::default(),
+            evidence: Default::default(),
+            seconds_total: [0.0; 12],
+            events_total: [0; 12],
+            verdict: Verdict::Unknown,
+            verdict_since: t,
+            job_idle_seconds_total: 0.0,
+            power_baseline: None,
+            baseline_samples: 0,
+            activity: ProcessActivity::default(),
+            leftover_pids: Vec::new(),
+            last_t: None,
+            jobs: Vec::new(),
+        }
+    }
+
+    fn set_verdict(&mut self, verdict: Verdict, t: f64) {
+        if verdict != self.verdict {
+            self.verdict = verdict;
+            self.verdict_since = t;
+        }
+    }
+}
+
+pub struct Engine {
+    config: DiagnosisConfig,
+    gpus: Vec<GpuState>,
+    progress: Progress,
+    events: VecDeque<Event>,
+    next_event_id: u64,
+}
+
+impl Engine {
+    pub fn new(config: DiagnosisConfig) -> Self {
+        Engine {
+            config,
+            gpus: Vec::new(),
+            progress: Progress::default(),
+            events: VecDeque::new(),
+            next_event_id: 1,
+        }
+    }
+
+    pub fn config(&self) -> &DiagnosisConfig {
+        &self.config
+    }
+
+    /// Feeds one frame; returns the events it caused, oldest first.
+    pub fn observe(&mut self, frame: &Frame) -> Vec<Event> {
+        self.progress.observe(frame);
+        let mut new_events = Vec::new();
+        for gpu in &frame.gpus {
+            let pos = match self.gpus.iter().position(|g| same_gpu(g, gpu)) {
+                Some(p) => p,
+                None => {
+                    self.gpus.push(GpuState::new(gpu, frame.t));
+                    self.gpus.len() - 1
+                }
+            };
+            let mut state = std::mem::replace(&mut self.gpus[pos], GpuState::new(gpu, frame.t));
+            self.observe_gpu(&mut state, gpu, frame, &mut new_events);
+            self.gpus[pos] = state;
+        }
+        for state in &mut self.gpus {
+            if !frame.gpus.iter().any(|g| same_gpu(state, g)) {
+                state.set_verdict(Verdict::Unknown, frame.t);
+                state.last_t = Some(frame.t);
+            }
+        }
+        for event in &mut new_events {
+            event.id = self.next_event_id;
+            self.next_event_id += 1;
+            if self.events.len() == self.config.events_capacity {
+                self.events.pop_front();
+            }
+            self.events.push_back(event.clone());
+        }
+        new_events
+    }
+
+    fn observe_gpu(
+        &self,
+        state: &mut GpuState,
+        gpu: &GpuFrame,
+        frame: &Frame,
+        events: &mut Vec<Event>,
+    ) {
+        let t = frame.t;
+        let dt = state
+            .last_t
+            .map(|last| t - last)
+            .filter(|d| *d > 0.0 && *d <= MAX_STEP_SECONDS)
+            .unwrap_or(0.0);
+        state.last_t = Some(t);
+        state.index = gpu.index;
+        if !gpu.fresh {
+            state.set_verdict(Verdict::Unknown, t);
+            return;
+        }
+        let config = &self.config;
+        let warmup = config.warmup_seconds();
+
+        // Processes and jobs on this GPU.
+        state.activity.observe(t, &gpu.processes);
+        let job_of = |pid: u32| {
+            frame
+                .jobs
+                .iter()
+                .find(|j| j.pid == pid && j.gpus.contains(&gpu.index))
+        };
+        let leftovers = self.leftovers(state, gpu, frame);
+        state.leftover_pids = leftovers.iter().map(|p| p.pid).collect();
+        let jobs: Vec<&JobFrame> = frame
+            .jobs
+            .iter()
+            .filter(|j| {
+                j.gpus.contains(&gpu.index)
+                    && j.state != 'Z'
+                    && !state.leftover_pids.contains(&j.pid)
+            })
+            .collect();
+        let warmed: Vec<&JobFrame> = jobs
+            .iter()
+            .copied()
+            .filter(|j| t - j.start_time >= warmup)
+            .collect();
+        let sharers = self.sharers(gpu, &jobs, &job_of);
+
+        // Progress of the GPU's warmed-up jobs: the most recent output counts.
+        let silent = warmed
+            .iter()
+            .filter_map(|j| self.progress.silent_seconds(j, t))
+            .reduce(f64::min);
+        let hang = warmed
+            .iter()
+            .map(|j| self.progress.hang_seconds(j, config))
+            .reduce(f64::max)
+            .unwrap_or(config.hang_bounds().0);
+
+        let point = point(t, gpu, frame, &warmed);
+        if let (Some(util), Some(power)) = (point.utilization, point.power_watts) {
+            if util >= config.busy_above
+                && !warmed.is_empty()
+                && silent.is_some_and(|s| s < hang / 2.0)
+            {
+                let base = state.power_baseline.unwrap_or(power);
+                state.power_baseline = Some(base * 0.95 + power * 0.05);
+                state.baseline_samples += 1;
+            }
+        }
+        if !jobs.is_empty() && point.utilization.is_some_and(|u| u < config.idle_below) {
+            state.job_idle_seconds_total += dt;
+        }
+        state.history.push(point, config.history_seconds() + 1.0);
+
+        let mut ctx = Ctx {
+            config,
+            t,
+            gpu,
+            jobs: jobs.clone(),
+            host: &frame.host,
+            history: &state.history,
+            silent_seconds: silent,
+            hang_seconds: hang,
+            power_baseline: state
+                .power_baseline
+                .filter(|_| state.baseline_samples >= BASELINE_SAMPLES),
+            leftovers,
+            sharers,
+            starved_active: false,
+            bound_active: false,
+            starved_enter: false,
+            bound_enter: false,
+        };
+        let all_warming = !jobs.is_empty() && warmed.is_empty();
+        let job_ref = primary_job(gpu, &jobs);
+        for (i, kind) in Kind::ALL.into_iter().enumerate() {
+            let timing = config.timing(kind);
+            if !timing.enabled {
+                continue;
+            }
+            let was_active = state.episodes[i].is_active();
+            let mut finding = detect(kind, &ctx);
+            if kind.waits_for_warmup() && (all_warming || warmed.is_empty()) {
+                finding.condition.enter = false;
+            }
+            let parent = ctx.starved_active || ctx.bound_active;
+            let (allowed, force_end) = if kind.is_refinement() {
+                (parent, !parent)
+            } else {
+                (true, false)
+            };
+            let transition = state.episodes[i].update(
+                t,
+                finding.condition,
+                timing.enter_for,
+                timing.exit_for,
+                allowed,
+                force_end,
+            );
+            if was_active {
+                state.seconds_total[i] += dt;
+            }
+            match transition {
+                Some(Transition::Started { onset }) => {
+                    state.events_total[i] += 1;
+                    events.push(make_event(
+                        Phase::Start,
+                        kind,
+                        gpu,
+                        t,
+                        onset,
+                        &job_ref,
+                        &finding.evidence,
+                    ));
+                }
+                Some(Transition::Ended { since }) => {
+                    events.push(make_event(
+                        Phase::End,
+                        kind,
+                        gpu,
+                        t,
+                        since,
+                        &job_ref,
+                        &finding.evidence,
+                    ));
+                }
+                None => {}
+            }
+            if state.episodes[i].is_active() {
+                state.evidence[i] = finding.evidence;
+            }
+            match kind {
+                Kind::InputStarved => {
+                    ctx.starved_active = state.episodes[i].is_active();
+                    ctx.starved_enter = finding.condition.enter;
+                }
+                Kind::InputBound => {
+                    ctx.bound_active = state.episodes[i].is_active();
+                    ctx.bound_enter = finding.condition.enter;
+                }
+                _ => {}
+            }
+        }
+
+        let stalled = Kind::ALL
+            .iter()
+            .enumerate()
+            .any(|(i, k)| k.is_stall() && state.episodes[i].is_active());
+        let verdict = if jobs.is_empty() {
+            Verdict::NoJob
+        } else if stalled {
+            Verdict::Stalled
+        } else if all_warming {
+            Verdict::WarmingUp
+        } else {
+            Verdict::Healthy
+        };
+        state.set_verdict(verdict, t);
+        state.jobs = jobs.iter().map(|j| job_status(j, gpu, t, warmup)).collect();
+    }
+
+    /// Processes holding memory without using the GPU for `idle_for`, whose
+    /// parent is gone: zombies, orphans (parent pid 1), or not in /proc.
+    fn leftovers(&self, state: &GpuState, gpu: &GpuFrame, frame: &Frame) -> Vec<ProcessEvidence> {
+        let idle_for = self.config.leftover_idle_seconds();
+        gpu.processes
+            .iter()
+            .filter(|p| p.memory_bytes.is_none_or(|m| m > 0))
+            .filter_map(|p| {
+                let idle = state.activity.idle_seconds(p.pid, frame.t)?;
+                if idle < idle_for {
+                    return None;
+                }
+                let job = frame.jobs.iter().find(|j| j.pid == p.pid);
+                let (why, comm) = match job {
+                    None => ("gone", String::new()),
+                    Some(j) if j.state == 'Z' => ("zombie", j.comm.clone()),
+                    Some(j) if j.ppid == 1 => ("orphaned", j.comm.clone()),
+                    Some(_) => return None,
+                };
+                Some(ProcessEvidence {
+                    pid: p.pid,
+                    comm,
+                    memory_bytes: p.memory_bytes,
+                    sm_utilization_ratio: p.sm_utilization,
+                    state: why.to_owned(),
+                    idle_seconds: Some(round(idle)),
+                })
+            })
+            .collect()
+    }
+
+    /// Separate live processes with at least `min_process_memory_bytes` on
+    /// the GPU (a process whose parent is also one of them does not count).
+    fn sharers<'f>(
+        &self,
+        gpu: &GpuFrame,
+        jobs: &[&JobFrame],
+        job_of: &dyn Fn(u32) -> Option<&'f JobFrame>,
+    ) -> Vec<ProcessEvidence> {
+        let min = self.config.shared_gpu.min_process_memory_bytes;
+        let big: Vec<(&crate::frame::ProcessFrame, &JobFrame)> = gpu
+            .processes
+            .iter()
+            .filter(|p| p.memory_bytes.is_some_and(|m| m >= min))
+            .filter_map(|p| Some((p, job_of(p.pid)?)))
+            .filter(|(_, j)| jobs.iter().any(|live| live.pid == j.pid))
+            .collect();
+        big.iter()
+            .filter(|(_, j)| !big.iter().any(|(other, _)| other.pid == j.ppid))
+            .map(|(p, j)| ProcessEvidence {
+                pid: p.pid,
+                comm: j.comm.clone(),
+                memory_bytes: p.memory_bytes,
+                sm_utilization_ratio: p.sm_utilization,
+                state: "running".to_owned(),
+                idle_seconds: None,
+            })
+            .collect()
+    }
+
+    /// Per-GPU status, in GPU index order.
+    pub fn status(&self) -> Vec<GpuStatus> {
+        let mut out: Vec<GpuStatus> = self
+            .gpus
+            .iter()
+            .map(|s| GpuStatus {
+                gpu: s.index,
+                uuid: s.uuid.clone(),
+                verdict: s.verdict,
+                verdict_since: s.verdict_since,
+                active: Kind::ALL
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, k)| {
+                        let since = s.episodes[i].active_since?;
+                        Some(ActiveKind {
+                            kind: *k,
+                            since,
+                            evidence: s.evidence[i].clone(),
+                            hint: hint(*k, &s.evidence[i]),
+                        })
+                    })
+                    .collect(),
+                jobs: s.jobs.clone(),
+                job_idle_seconds_total: s.job_idle_seconds_total,
+                kinds: (0..12)
+                    .map(|i| KindCounters {
+                        active: s.episodes[i].is_active(),
+                        seconds_total: s.seconds_total[i],
+                        events_total: s.events_total[i],
+                    })
+                    .collect(),
+            })
+            .collect();
+        out.sort_by_key(|g| g.gpu);
+        out
+    }
+
+    /// Events with an id greater than `after_id` and a time at or after
+    /// `since`, oldest first, at most `limit`.
+    pub fn events(&self, since: f64, after_id: u64, limit: usize) -> Vec<Event> {
+        self.events
+            .iter()
+            .filter(|e| e.time >= since && e.id > after_id)
+            .take(limit)
+            .cloned()
+            .collect()
+    }
+}
+
+fn same_gpu(state: &GpuState, gpu: &GpuFrame) -> bool {
+    if gpu.uuid.is_empty() || state.uuid.is_empty() {
+        state.index == gpu.index
+    } else {
+        state.uuid == gpu.uuid
+    }
+}
+
+fn point(t: f64, gpu: &GpuFrame, frame: &Frame, warmed: &[&JobFrame]) -> Point {
+    let sum =
+        |f: fn(&JobFrame) -> Option<f64>| warmed.iter().filter_map(|j| f(j)).reduce(|a, b| a + b);
+    Point {
+        t,
+        utilization: gpu.utilization,
+        has_job: !warmed.is_empty(),
+        job_cpu: sum(|j| j.cpu_cores),
+        top_thread_cpu: warmed
+            .iter()
+            .filter_map(|j| j.top_threads.first().map(|th| th.cpu))
+            .reduce(f64::max),
+        disk_sleep: warmed.iter().any(|j| j.threads_disk_sleep > 0),
+        threads_running: warmed.iter().map(|j| j.threads_running).sum(),
+        threads_total: warmed.iter().map(|j| j.threads_total).sum(),
+        host_cpu: frame.host.cpu_utilization,
+        psi_cpu: frame.host.psi_cpu_some,
+        psi_io: frame.host.psi_io_some,
+        power_watts: gpu.power_watts,
+        throttled: gpu.clock_events & THROTTLE_MASK != 0,
+    }
+}
+
+/// The job an event names: the one holding the most memory on the GPU.
+fn primary_job(gpu: &GpuFrame, jobs: &[&JobFrame]) -> Option<JobRef> {
+    let memory = |j: &JobFrame| {
+        gpu.processes
+            .iter()
+            .find(|p| p.pid == j.pid)
+            .and_then(|p| p.memory_bytes)
+            .unwrap_or(0)
+    };
+    jobs.iter()
+        .max_by_key(|j| (memory(j), std::cmp::Reverse(j.pid)))
+        .map(|j| JobRef {
+            pid: j.pid,
+            comm: j.comm.clone(),
+            attribution: j.attribution.clone(),
+        })
+}
+
+fn make_event(
+    phase: Phase,
+    kind: Kind,
+    gpu: &GpuFrame,
+    t: f64,
+    since: f64,
+    job: &Option<JobRef>,
+    evidence: &Evidence,
+) -> Event {
+    Event {
+        id: 0,
+        time: t,
+        phase,
+        kind,
+        gpu: gpu.index,
+        uuid: gpu.uuid.clone(),
+        since,
+        job: job.clone(),
+        evidence: evidence.clone(),
+        hint: hint(kind, evidence),
+    }
+}
+
+fn job_status(job: &JobFrame, gpu: &GpuFrame, t: f64, warmup: f64) -> JobStatus {
+    JobStatus {
+        pid: job.pid,
+        comm: job.comm.clone(),
+        attribution: job.attribution.clone(),
+        start_time: job.start_time,
+        warming_up: t - job.start_time < warmup,
+        cpu_cores: job.cpu_cores.map(round),
+        top_thread: job.top_threads.first().map(|th| ThreadEvidence {
+            pid: th.pid,
+            tid: th.tid,
+            name: th.name.clone(),
+            state: th.state.to_string(),
+            cpu_ratio: round(th.cpu),
+        }),
+        last_output: job.last_output,
+        gpu_memory_bytes: gpu
+            .processes
+            .iter()
+            .find(|p| p.pid == job.pid)
+            .and_then(|p| p.memory_bytes),
+    }
+}

@@ -1,0 +1,111 @@
+//! The numbers a rule used, carried with every finding and event so a person
+//! can check the verdict.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Evidence {
+    /// Length of the window the statistics cover, seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_seconds: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub utilization_mean: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub utilization_stddev: Option<f64>,
+    /// Share of samples with utilization under `diagnosis.idle_below`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_share: Option<f64>,
+    /// Share of samples with utilization at or above `diagnosis.busy_above`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub busy_share: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_memory_used_ratio: Option<f64>,
+    /// Mean CPU of the GPU's jobs over the window, in cores.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_cpu_cores: Option<f64>,
+    /// The job's busiest threads now, busiest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub top_threads: Vec<ThreadEvidence>,
+    /// Share of samples in which the busiest thread used at least
+    /// `single_thread_bound.min_thread_cpu` of a core.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinned_share: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_cpu_ratio: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_cpus: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub psi_cpu_some: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub psi_io_some: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub psi_memory_some: Option<f64>,
+    /// Share of samples with a job thread in D (uninterruptible) state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_sleep_share: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_bytes_per_second: Option<f64>,
+    /// Seconds since the job's output last grew.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub silent_seconds: Option<f64>,
+    /// The hang time used for this job, seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hang_seconds: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_watts: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_baseline_watts: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_limit_watts: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_available_ratio: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_rss_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub swap_used_bytes: Option<u64>,
+    /// Processes on the GPU that the finding is about.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub processes: Vec<ProcessEvidence>,
+    /// Share of busy samples with a throttle reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throttled_share: Option<f64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clock_event_reasons: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature_celsius: Option<f64>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ThreadEvidence {
+    pub pid: u32,
+    pub tid: u32,
+    pub name: String,
+    pub state: String,
+    /// Share of one core.
+    pub cpu_ratio: f64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProcessEvidence {
+    pub pid: u32,
+    /// Empty when the process is not in /proc.
+    pub comm: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sm_utilization_ratio: Option<f64>,
+    /// `running`, `zombie`, `orphaned`, `gone`, ...
+    pub state: String,
+    /// Seconds since the process last used the GPU (or since first seen).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_seconds: Option<f64>,
+}
+
+/// Rounds to 4 significant decimals so evidence reads cleanly.
+pub fn round(v: f64) -> f64 {
+    (v * 10_000.0).round() / 10_000.0
+}
+
+pub fn round_opt(v: Option<f64>) -> Option<f64> {
+    v.map(round)
+}

@@ -1,0 +1,138 @@
+//! What the detectors see of one sample: a compact, serialisable view of a
+//! snapshot. Recorded runs are JSON lines of frames, replayed in tests.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Frame {
+    /// Seconds since the Unix epoch.
+    pub t: f64,
+    pub gpus: Vec<GpuFrame>,
+    pub jobs: Vec<JobFrame>,
+    pub host: HostFrame,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuFrame {
+    pub index: u32,
+    pub uuid: String,
+    /// GPU data is current: NVML up, not stale, GPU answering.
+    pub fresh: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub utilization: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_used_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_total_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_watts: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_limit_watts: Option<f64>,
+    /// NVML clock-event reason bitmask (0 when not reported).
+    #[serde(default)]
+    pub clock_events: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature_celsius: Option<f64>,
+    #[serde(default)]
+    pub processes: Vec<ProcessFrame>,
+}
+
+/// A process holding a context on the GPU, as NVML reports it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProcessFrame {
+    pub pid: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sm_utilization: Option<f64>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct JobFrame {
+    /// Pid of the GPU-holding process.
+    pub pid: u32,
+    pub comm: String,
+    /// Kernel state letter of the GPU-holding process.
+    pub state: char,
+    pub ppid: u32,
+    /// Start time of the GPU-holding process, seconds since the epoch.
+    pub start_time: f64,
+    pub gpus: Vec<u32>,
+    #[serde(default)]
+    pub attribution: Attribution,
+    pub processes: u32,
+    /// CPU used over the last interval by all the job's processes, in cores.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_cores: Option<f64>,
+    /// Busiest threads over the last interval, busiest first.
+    #[serde(default)]
+    pub top_threads: Vec<ThreadFrame>,
+    /// Threads by state across the job.
+    pub threads_total: u32,
+    pub threads_running: u32,
+    pub threads_disk_sleep: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_bytes_per_second: Option<f64>,
+    pub rss_bytes: u64,
+    /// Last time the job's output grew, seconds since the epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_output: Option<f64>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attribution {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub systemd_unit: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_uid: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm_job_id: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ThreadFrame {
+    pub pid: u32,
+    pub tid: u32,
+    pub name: String,
+    pub state: char,
+    /// Share of one core over the last interval.
+    pub cpu: f64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HostFrame {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_utilization: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub busiest_core: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub psi_cpu_some: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub psi_io_some: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub psi_memory_some: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_total_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_available_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub swap_used_bytes: Option<u64>,
+}
+
+impl HostFrame {
+    pub fn memory_available_ratio(&self) -> Option<f64> {
+        let total = self.memory_total_bytes.filter(|t| *t > 0)? as f64;
+        Some(self.memory_available_bytes? as f64 / total)
+    }
+}
+
+impl GpuFrame {
+    pub fn memory_used_ratio(&self) -> Option<f64> {
+        let total = self.memory_total_bytes.filter(|t| *t > 0)? as f64;
+        Some(self.memory_used_bytes? as f64 / total)
+    }
+}

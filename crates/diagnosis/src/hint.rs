@@ -1,0 +1,96 @@
+//! What to tell the user for each finding, in plain words.
+
+use crate::Kind;
+use crate::evidence::Evidence;
+
+pub fn hint(kind: Kind, evidence: &Evidence) -> String {
+    let top = evidence.top_threads.first();
+    match kind {
+        Kind::InputStarved => "The GPU is waiting for data: the input pipeline cannot keep up. \
+            Overlap loading with compute (tf.data: dataset.prefetch(tf.data.AUTOTUNE), not 1; \
+            PyTorch: DataLoader(num_workers>0, pin_memory=True)), run per-sample work in parallel \
+            (map(..., num_parallel_calls=tf.data.AUTOTUNE)), and map before batch."
+            .to_owned(),
+        Kind::InputBound => "GPU utilization swings and its mean is low: batches arrive too slowly. \
+            Use prefetch(tf.data.AUTOTUNE) and num_parallel_calls=tf.data.AUTOTUNE (or more \
+            DataLoader workers), do per-sample map before batch, and cache() decoded data only if \
+            it fits in memory (else cache(\"/path\"))."
+            .to_owned(),
+        Kind::SingleThreadBound => {
+            let who = top
+                .map(|t| format!("thread `{}` (tid {}) is pinned at {:.0}% of a core", t.name, t.tid, t.cpu_ratio * 100.0))
+                .unwrap_or_else(|| "one thread is pinned at a full core".to_owned());
+            format!(
+                "The input pipeline is bound by one thread: {who} while the GPU waits. Blocking or \
+                 non-vectorized Python in the map function (PIL, cv2.imread, time.sleep, \
+                 py_function) holds the GIL: vectorize it with tf ops / numpy, or move it to \
+                 parallel workers (num_parallel_calls, DataLoader num_workers)."
+            )
+        }
+        Kind::CpuSaturated => {
+            let cpus = evidence.host_cpus.map(|n| format!(" ({n} CPUs)")).unwrap_or_default();
+            format!(
+                "The host's CPUs{cpus} are saturated, so preprocessing cannot feed the GPU. Give \
+                 the job more cores (or fewer competing processes), move decoding/augmentation to \
+                 the GPU, or cache preprocessed data."
+            )
+        }
+        Kind::IoBound => "The input pipeline waits on storage (threads in D state or I/O pressure). \
+            Read from faster or local storage, use parallel reads (interleave(num_parallel_calls=...), \
+            more workers), larger sequential files (TFRecord, WebDataset), or cache() the dataset \
+            on local disk."
+            .to_owned(),
+        Kind::BusyNoProgress => "The GPU reads busy but the job shows no progress and draws little \
+            power: likely a hang (a stuck NCCL collective, a spinning kernel, or a rank waiting on \
+            another). Check the other ranks, dump stacks (py-spy dump --pid PID), set \
+            NCCL_DEBUG=INFO and TORCH_NCCL_ASYNC_ERROR_HANDLING=1, and restart the job."
+            .to_owned(),
+        Kind::IdleNoProgress => "The GPU and the job are idle and the job has shown no progress for \
+            its hang time: likely a deadlock or a wait that never ends (a data loader worker that \
+            died, a lock, a queue with no producer). Dump stacks (py-spy dump --pid PID) and \
+            restart the job."
+            .to_owned(),
+        Kind::HostMemoryPressure => "The host is short of memory: the job may swap or be OOM-killed. \
+            cache() of a dataset larger than RAM fills memory: cache to disk with cache(\"/path\") or \
+            only cache what fits; reduce prefetch buffers, shuffle buffers and DataLoader workers."
+            .to_owned(),
+        Kind::GpuMemoryFull => "GPU memory is nearly full. TensorFlow preallocates almost all of it by \
+            default (set TF_FORCE_GPU_ALLOW_GROWTH=true or tf.config.experimental.set_memory_growth); \
+            if this is real use, reduce the batch size or use gradient accumulation."
+            .to_owned(),
+        Kind::SharedGpu => {
+            let pids: Vec<String> = evidence.processes.iter().map(|p| format!("{} ({})", p.pid, p.comm)).collect();
+            format!(
+                "Several separate processes hold memory on this GPU: {}. They compete for memory \
+                 and compute and can fail with CUDNN_STATUS_INTERNAL_ERROR or out-of-memory; run \
+                 one job per GPU (CUDA_VISIBLE_DEVICES) or stop the extra processes (old notebook \
+                 kernels that imported TensorFlow again).",
+                pids.join(", ")
+            )
+        }
+        Kind::LeftoverProcess => {
+            let pids: Vec<String> = evidence
+                .processes
+                .iter()
+                .map(|p| format!("{} ({}, {})", p.pid, if p.comm.is_empty() { "?" } else { &p.comm }, p.state))
+                .collect();
+            format!(
+                "A process left behind holds GPU memory without using the GPU: {}. Its parent is \
+                 gone; kill it (kill PID) to free the memory, and check for notebook kernels or \
+                 data loader workers that outlived their job.",
+                pids.join(", ")
+            )
+        }
+        Kind::Throttled => {
+            let why = if evidence.clock_event_reasons.is_empty() {
+                "power or thermal limits".to_owned()
+            } else {
+                evidence.clock_event_reasons.join(", ")
+            };
+            format!(
+                "The GPU is busy but its clocks are held down ({why}). Check cooling and airflow, \
+                 the power limit (nvidia-smi -q -d POWER), and the host's power capping."
+            )
+        }
+    }
+}

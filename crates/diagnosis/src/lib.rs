@@ -1,0 +1,23 @@
+//! Stall diagnosis for stallwatch: pure and sans-IO (no threads, no files,
+//! no clock). Frames come in with their time; per-GPU verdicts, active kinds
+//! with evidence and hints, and start/end events come out. Every rule can be
+//! driven by a scripted sequence of frames.
+
+pub mod config;
+mod detect;
+pub mod engine;
+pub mod evidence;
+pub mod frame;
+pub mod hint;
+pub mod hysteresis;
+pub mod kind;
+pub mod status;
+mod tracking;
+pub mod window;
+
+pub use config::DiagnosisConfig;
+pub use engine::Engine;
+pub use frame::Frame;
+
+pub use kind::{Kind, Verdict};
+pub use status::{Event, GpuStatus, Phase};

@@ -1,0 +1,91 @@
+//! What the engine tells the rest of the program: per-GPU status and events.
+
+use serde::{Deserialize, Serialize};
+
+use crate::evidence::Evidence;
+use crate::frame::Attribution;
+use crate::{Kind, Verdict};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    Start,
+    End,
+}
+
+/// The start or end of an episode of one kind on one GPU.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// Increasing number, unique within the daemon's run.
+    pub id: u64,
+    /// When it was decided, seconds since the epoch.
+    pub time: f64,
+    pub phase: Phase,
+    pub kind: Kind,
+    pub gpu: u32,
+    pub uuid: String,
+    /// Start: when the condition first held. End: when the episode started.
+    pub since: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<JobRef>,
+    pub evidence: Evidence,
+    pub hint: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobRef {
+    pub pid: u32,
+    pub comm: String,
+    #[serde(default)]
+    pub attribution: Attribution,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ActiveKind {
+    pub kind: Kind,
+    /// When the episode started, seconds since the epoch.
+    pub since: f64,
+    pub evidence: Evidence,
+    pub hint: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobStatus {
+    pub pid: u32,
+    pub comm: String,
+    #[serde(default)]
+    pub attribution: Attribution,
+    pub start_time: f64,
+    pub warming_up: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_cores: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_thread: Option<crate::evidence::ThreadEvidence>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_output: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_memory_bytes: Option<u64>,
+}
+
+/// Per-kind counters for one GPU, in `Kind::ALL` order.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct KindCounters {
+    pub active: bool,
+    pub seconds_total: f64,
+    pub events_total: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuStatus {
+    pub gpu: u32,
+    pub uuid: String,
+    pub verdict: Verdict,
+    /// When the verdict last changed.
+    pub verdict_since: f64,
+    pub active: Vec<ActiveKind>,
+    pub jobs: Vec<JobStatus>,
+    /// Seconds in which a job held the GPU while it was idle.
+    pub job_idle_seconds_total: f64,
+    /// Counters by kind, in `Kind::ALL` order.
+    pub kinds: Vec<KindCounters>,
+}

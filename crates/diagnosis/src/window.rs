@@ -1,0 +1,162 @@
+//! Per-GPU history of recent samples and statistics over time windows.
+
+use std::collections::VecDeque;
+
+/// What one sample says about one GPU and the jobs on it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Point {
+    pub t: f64,
+    pub utilization: Option<f64>,
+    /// A live job (not warming up) holds the GPU.
+    pub has_job: bool,
+    /// CPU used by the GPU's jobs, in cores.
+    pub job_cpu: Option<f64>,
+    /// Share of one core used by the busiest job thread.
+    pub top_thread_cpu: Option<f64>,
+    /// Some job thread was in uninterruptible (D) state.
+    pub disk_sleep: bool,
+    /// Job threads running, and in all.
+    pub threads_running: u32,
+    pub threads_total: u32,
+    pub host_cpu: Option<f64>,
+    pub psi_cpu: Option<f64>,
+    pub psi_io: Option<f64>,
+    pub power_watts: Option<f64>,
+    /// A power, thermal or hardware slowdown clock-event reason was set.
+    pub throttled: bool,
+}
+
+/// Samples for as long as the longest window needs.
+#[derive(Debug, Default)]
+pub struct History {
+    points: VecDeque<Point>,
+}
+
+impl History {
+    pub fn push(&mut self, point: Point, keep_seconds: f64) {
+        let oldest = point.t - keep_seconds;
+        while self.points.front().is_some_and(|p| p.t < oldest) {
+            self.points.pop_front();
+        }
+        self.points.push_back(point);
+    }
+
+    pub fn clear(&mut self) {
+        self.points.clear();
+    }
+
+    /// The samples of the last `seconds`, ending at the newest one.
+    pub fn window(&self, seconds: f64) -> Window<'_> {
+        let Some(now) = self.points.back().map(|p| p.t) else {
+            return Window {
+                points: Vec::new(),
+                seconds,
+                now: 0.0,
+            };
+        };
+        let start = now - seconds;
+        let points = self
+            .points
+            .iter()
+            .rev()
+            .take_while(|p| p.t > start)
+            .collect();
+        Window {
+            points,
+            seconds,
+            now,
+        }
+    }
+
+    pub fn latest(&self) -> Option<&Point> {
+        self.points.back()
+    }
+}
+
+/// Samples in a window, newest first.
+pub struct Window<'a> {
+    points: Vec<&'a Point>,
+    seconds: f64,
+    now: f64,
+}
+
+impl Window<'_> {
+    pub fn len(&self) -> usize {
+        self.points.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.points.is_empty()
+    }
+
+    pub fn seconds(&self) -> f64 {
+        self.seconds
+    }
+
+    /// The history reaches back over (nearly) the whole window.
+    pub fn covered(&self) -> bool {
+        let Some(oldest) = self.points.last() else {
+            return false;
+        };
+        let n = self.points.len();
+        if n < 3 {
+            return false;
+        }
+        // Each sample stands for one interval: n samples cover n/(n-1) spans.
+        let covered = (self.now - oldest.t) * n as f64 / (n - 1) as f64;
+        covered >= self.seconds * 0.9 - 1e-9
+    }
+
+    fn values(&self, f: impl Fn(&Point) -> Option<f64>) -> Vec<f64> {
+        self.points.iter().filter_map(|p| f(p)).collect()
+    }
+
+    pub fn mean(&self, f: impl Fn(&Point) -> Option<f64>) -> Option<f64> {
+        let v = self.values(f);
+        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+    }
+
+    pub fn stddev(&self, f: impl Fn(&Point) -> Option<f64>) -> Option<f64> {
+        let v = self.values(f);
+        let mean = v.iter().sum::<f64>() / v.len().max(1) as f64;
+        (!v.is_empty())
+            .then(|| (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / v.len() as f64).sqrt())
+    }
+
+    pub fn max(&self, f: impl Fn(&Point) -> Option<f64>) -> Option<f64> {
+        self.values(f).into_iter().reduce(f64::max)
+    }
+
+    /// Share of samples (where `f` has an answer) for which `f` is true.
+    pub fn share(&self, f: impl Fn(&Point) -> Option<bool>) -> Option<f64> {
+        let answers: Vec<bool> = self.points.iter().filter_map(|p| f(p)).collect();
+        (!answers.is_empty())
+            .then(|| answers.iter().filter(|b| **b).count() as f64 / answers.len() as f64)
+    }
+
+    /// Whether every sample satisfies `f`.
+    pub fn all(&self, f: impl Fn(&Point) -> bool) -> bool {
+        !self.points.is_empty() && self.points.iter().all(|p| f(p))
+    }
+}
+
+/// Utilization statistics over a window, as evidence carries them.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct UtilizationStats {
+    pub mean: f64,
+    pub stddev: f64,
+    pub idle_share: f64,
+    pub busy_share: f64,
+}
+
+impl Window<'_> {
+    pub fn utilization(&self, idle_below: f64, busy_above: f64) -> Option<UtilizationStats> {
+        let util = |p: &Point| p.utilization;
+        Some(UtilizationStats {
+            mean: self.mean(util)?,
+            stddev: self.stddev(util)?,
+            idle_share: self.share(|p| Some(p.utilization? < idle_below))?,
+            busy_share: self.share(|p| Some(p.utilization? >= busy_above))?,
+        })
+    }
+}
