@@ -95,6 +95,8 @@ config_struct!(
         exit_for: Duration = secs(60),
         max_mean: f64 = 0.5,
         min_idle_share: f64 = 0.2,
+        /// The job must be alive: CPU in cores, mean over the window.
+        min_job_cpu: f64 = 0.05,
         exit_mean: f64 = 0.6,
         exit_idle_share: f64 = 0.1,
     }

@@ -18,8 +18,10 @@ use crate::{Kind, Verdict};
 /// idle time (the daemon was paused, or GPU data was missing).
 const MAX_STEP_SECONDS: f64 = 10.0;
 
-/// Samples of busy power while the job progressed before a baseline counts.
-const BASELINE_SAMPLES: u32 = 10;
+/// Samples of busy power while the job progressed before a baseline counts,
+/// and how many recent ones the baseline (their median) is taken from.
+const BASELINE_SAMPLES: usize = 10;
+const BASELINE_KEPT: usize = 120;
 
 const THROTTLE_MASK: u64 = crate::detect::THROTTLE_MASK;
 
@@ -35,8 +37,8 @@ struct GpuState {
     verdict: Verdict,
     verdict_since: f64,
     job_idle_seconds_total: f64,
-    power_baseline: Option<f64>,
-    baseline_samples: u32,
+    /// Recent busy power samples taken while the job made progress.
+    busy_power: VecDeque<f64>,
     activity: ProcessActivity,
     leftover_pids: Vec<u32>,
     last_t: Option<f64>,
@@ -56,8 +58,7 @@ impl GpuState {
             verdict: Verdict::Unknown,
             verdict_since: t,
             job_idle_seconds_total: 0.0,
-            power_baseline: None,
-            baseline_samples: 0,
+            busy_power: VecDeque::new(),
             activity: ProcessActivity::default(),
             leftover_pids: Vec::new(),
             last_t: None,
@@ -188,15 +189,19 @@ impl Engine {
             .reduce(f64::max)
             .unwrap_or(config.hang_bounds().0);
 
+        // Busy power is learned only while a job shows output at its usual rhythm.
+        let progressing = warmed.iter().any(|j| {
+            let usual = self.progress.usual_interval(j);
+            let silent = self.progress.silent_seconds(j, t);
+            matches!((usual, silent), (Some(u), Some(s)) if s <= 2.0 * u)
+        });
         let point = point(t, gpu, frame, &warmed);
         if let (Some(util), Some(power)) = (point.utilization, point.power_watts) {
-            if util >= config.busy_above
-                && !warmed.is_empty()
-                && silent.is_some_and(|s| s < hang / 2.0)
-            {
-                let base = state.power_baseline.unwrap_or(power);
-                state.power_baseline = Some(base * 0.95 + power * 0.05);
-                state.baseline_samples += 1;
+            if util >= config.busy_above && progressing {
+                if state.busy_power.len() == BASELINE_KEPT {
+                    state.busy_power.pop_front();
+                }
+                state.busy_power.push_back(power);
             }
         }
         if !jobs.is_empty() && point.utilization.is_some_and(|u| u < config.idle_below) {
@@ -213,9 +218,8 @@ impl Engine {
             history: &state.history,
             silent_seconds: silent,
             hang_seconds: hang,
-            power_baseline: state
-                .power_baseline
-                .filter(|_| state.baseline_samples >= BASELINE_SAMPLES),
+            power_baseline: median(&state.busy_power)
+                .filter(|_| state.busy_power.len() >= BASELINE_SAMPLES),
             leftovers,
             sharers,
             starved_active: false,
@@ -515,4 +519,10 @@ fn job_status(job: &JobFrame, gpu: &GpuFrame, t: f64, warmup: f64) -> JobStatus 
             .find(|p| p.pid == job.pid)
             .and_then(|p| p.memory_bytes),
     }
+}
+
+fn median(values: &VecDeque<f64>) -> Option<f64> {
+    let mut sorted: Vec<f64> = values.iter().copied().collect();
+    sorted.sort_by(f64::total_cmp);
+    sorted.get(sorted.len() / 2).copied()
 }

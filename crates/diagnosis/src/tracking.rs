@@ -65,20 +65,25 @@ impl Progress {
         Some((t - since).max(0.0))
     }
 
-    /// The job's hang time: `hang_multiplier` × its usual (90th percentile)
-    /// interval between output growths, clamped to the configured bounds.
-    pub fn hang_seconds(&self, job: &JobFrame, config: &DiagnosisConfig) -> f64 {
-        let (min, max) = config.hang_bounds();
-        let Some(track) = self.jobs.get(&job_key(job)) else {
-            return min;
-        };
+    /// The job's usual interval between output growths (90th percentile of
+    /// the recent ones); `None` until three have been seen.
+    pub fn usual_interval(&self, job: &JobFrame) -> Option<f64> {
+        let track = self.jobs.get(&job_key(job))?;
         if track.intervals.len() < 3 {
-            return min;
+            return None;
         }
         let mut sorted: Vec<f64> = track.intervals.iter().copied().collect();
         sorted.sort_by(f64::total_cmp);
-        let p90 = sorted[((sorted.len() - 1) as f64 * 0.9).round() as usize];
-        (p90 * config.hang_multiplier).clamp(min, max)
+        Some(sorted[((sorted.len() - 1) as f64 * 0.9).round() as usize])
+    }
+
+    /// The job's hang time: `hang_multiplier` × its usual interval between
+    /// output growths, clamped to the configured bounds.
+    pub fn hang_seconds(&self, job: &JobFrame, config: &DiagnosisConfig) -> f64 {
+        let (min, max) = config.hang_bounds();
+        self.usual_interval(job).map_or(min, |usual| {
+            (usual * config.hang_multiplier).clamp(min, max)
+        })
     }
 }
 

@@ -5,14 +5,26 @@ use super::{Ctx, Finding};
 use crate::Kind;
 use crate::hysteresis::Condition;
 
+/// Mean CPU of the GPU's jobs over the window and over its last quarter (a
+/// job that stopped using CPU is not feeding anything, whatever its past).
+fn job_alive(ctx: &Ctx, window: &crate::window::Window, min_cpu: f64) -> bool {
+    let recent = ctx.history.window(window.seconds() / 4.0);
+    window.mean(|p| p.job_cpu).unwrap_or(0.0) >= min_cpu
+        && recent.mean(|p| p.job_cpu).unwrap_or(0.0) >= min_cpu
+}
+
+fn job_stopped(ctx: &Ctx, window_seconds: f64, min_cpu: f64) -> bool {
+    let recent = ctx.history.window(window_seconds / 4.0);
+    recent.mean(|p| p.job_cpu).unwrap_or(0.0) < min_cpu / 2.0
+}
+
 pub fn starved(ctx: &Ctx) -> Finding {
     let c = &ctx.config.input_starved;
     let w = ctx.window(Kind::InputStarved);
     let stats = w.utilization(ctx.config.idle_below, ctx.config.busy_above);
-    let job_cpu = w.mean(|p| p.job_cpu).unwrap_or(0.0);
     let enter = ctx.job_throughout(&w)
         && stats.is_some_and(|s| s.mean < c.max_mean && s.idle_share >= c.min_idle_share)
-        && job_cpu >= c.min_job_cpu;
+        && job_alive(ctx, &w, c.min_job_cpu);
     let recent = ctx
         .history
         .window(ctx.config.timing(Kind::InputStarved).exit_for.max(1.0));
@@ -35,6 +47,7 @@ pub fn bound(ctx: &Ctx) -> Finding {
     let starved = ctx.starved_active || ctx.starved_enter;
     let enter = ctx.job_throughout(&w)
         && !starved
+        && job_alive(ctx, &w, c.min_job_cpu)
         && stats.is_some_and(|s| s.mean < c.max_mean && s.idle_share >= c.min_idle_share);
     let recent = ctx
         .history
@@ -43,6 +56,7 @@ pub fn bound(ctx: &Ctx) -> Finding {
     let has_job = ctx.history.latest().is_some_and(|p| p.has_job);
     let exit = !has_job
         || ctx.starved_active
+        || job_stopped(ctx, w.seconds(), c.min_job_cpu)
         || recent_stats.is_some_and(|s| s.mean >= c.exit_mean || s.idle_share < c.exit_idle_share);
     Finding {
         condition: Condition { enter, exit },
