@@ -400,11 +400,16 @@ impl Engine {
                     .collect(),
                 jobs: s.jobs.clone(),
                 job_idle_seconds_total: s.job_idle_seconds_total,
-                kinds: (0..12)
-                    .map(|i| KindCounters {
-                        active: s.episodes[i].is_active(),
-                        seconds_total: s.seconds_total[i],
-                        events_total: s.events_total[i],
+                kinds: Kind::ALL
+                    .iter()
+                    .enumerate()
+                    .map(|(i, k)| {
+                        let counters = KindCounters {
+                            active: s.episodes[i].is_active(),
+                            seconds_total: s.seconds_total[i],
+                            events_total: s.events_total[i],
+                        };
+                        (*k, counters)
                     })
                     .collect(),
             })

@@ -1,5 +1,7 @@
 //! What the engine tells the rest of the program: per-GPU status and events.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::evidence::Evidence;
@@ -67,7 +69,7 @@ pub struct JobStatus {
     pub gpu_memory_bytes: Option<u64>,
 }
 
-/// Per-kind counters for one GPU, in `Kind::ALL` order.
+/// Per-kind counters for one GPU.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct KindCounters {
     pub active: bool,
@@ -86,6 +88,6 @@ pub struct GpuStatus {
     pub jobs: Vec<JobStatus>,
     /// Seconds in which a job held the GPU while it was idle.
     pub job_idle_seconds_total: f64,
-    /// Counters by kind, in `Kind::ALL` order.
-    pub kinds: Vec<KindCounters>,
+    /// Counters for every kind.
+    pub kinds: BTreeMap<Kind, KindCounters>,
 }

@@ -34,7 +34,7 @@ fn starved_gpu_fires_once_within_three_minutes_and_ends_when_fed() {
     run.feed(400, 500, |t| frame(t, 0.9, vec![job(100, 1.2, 0.4)]));
     assert_eq!(run.ends(Kind::InputStarved).len(), 1);
     assert_eq!(run.engine.status()[0].verdict, Verdict::Healthy);
-    let counters = &run.engine.status()[0].kinds[0];
+    let counters = &run.engine.status()[0].kinds[&Kind::InputStarved];
     assert_eq!(counters.events_total, 1);
     assert!(counters.seconds_total > 100.0);
 }

@@ -32,6 +32,10 @@ pub struct RunArgs {
     /// Listen address; overrides `server.listen`.
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<SocketAddr>,
+    /// Append every frame the diagnosis sees to this file as JSON lines (for
+    /// replaying a run through the detectors).
+    #[arg(long, value_name = "PATH")]
+    pub record_frames: Option<PathBuf>,
     /// Log line format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,

@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use diagnosis::DiagnosisConfig;
 use serde::{Deserialize, Serialize};
 
 /// Where the daemon looks when `--config` is not given. A missing file at
@@ -18,6 +19,7 @@ pub struct Config {
     pub sampling: SamplingConfig,
     pub gpu: GpuConfig,
     pub procfs: ProcfsConfig,
+    pub diagnosis: DiagnosisConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -102,6 +104,8 @@ pub enum ConfigError {
     },
     #[error("invalid config file {path}: {message}")]
     Parse { path: PathBuf, message: String },
+    #[error("invalid config file {path}: {message}")]
+    Diagnosis { path: PathBuf, message: String },
     #[error("invalid config file {path}: `{key}` {message}")]
     Invalid {
         path: PathBuf,
@@ -156,6 +160,12 @@ impl Config {
         if self.gpu.init_retry_max < Duration::from_secs(1) {
             return Err(invalid("gpu.init_retry_max", "must be at least 1s"));
         }
+        self.diagnosis
+            .validate()
+            .map_err(|message| ConfigError::Diagnosis {
+                path: path.to_owned(),
+                message,
+            })?;
         if self.procfs.root.as_os_str().is_empty() {
             return Err(invalid("procfs.root", "must not be empty"));
         }

@@ -14,22 +14,63 @@ fn example_file_matches_the_defaults() {
     assert_eq!(parse(EXAMPLE).unwrap(), Config::default());
 }
 
+/// Every leaf key as a dotted path, in file order.
+fn leaf_keys(table: &toml::Table, prefix: &str, out: &mut Vec<String>) {
+    for (key, value) in table {
+        let path = if prefix.is_empty() {
+            key.clone()
+        } else {
+            format!("{prefix}.{key}")
+        };
+        match value.as_table() {
+            Some(t) => leaf_keys(t, &path, out),
+            None => out.push(path),
+        }
+    }
+}
+
 #[test]
 fn example_file_lists_every_key() {
     let example: toml::Table = toml::from_str(EXAMPLE).unwrap();
     let defaults: toml::Table =
         toml::from_str(&toml::to_string(&Config::default()).unwrap()).unwrap();
-    let keys = |t: &toml::Table| -> Vec<String> {
-        t.iter()
-            .flat_map(|(section, v)| {
-                v.as_table()
-                    .unwrap()
-                    .keys()
-                    .map(move |k| format!("{section}.{k}"))
-            })
-            .collect()
-    };
-    assert_eq!(keys(&example), keys(&defaults));
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    leaf_keys(&example, "", &mut a);
+    leaf_keys(&defaults, "", &mut b);
+    a.sort();
+    b.sort();
+    assert_eq!(a, b);
+}
+
+#[test]
+fn every_key_in_the_example_has_a_comment() {
+    let mut previous = "";
+    for line in EXAMPLE.lines() {
+        let line = line.trim();
+        if !line.is_empty() && !line.starts_with('#') && !line.starts_with('[') {
+            let key = line.split('=').next().unwrap().trim();
+            let commented = previous.starts_with('#')
+                || ["enabled", "window", "enter_for", "exit_for"].contains(&key);
+            assert!(commented, "`{key}` has no comment line above it");
+        }
+        previous = line;
+    }
+}
+
+#[test]
+fn diagnosis_values_are_checked() {
+    let err = parse("[diagnosis.input_starved]\nmax_mean = 1.5\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("diagnosis.input_starved.max_mean"), "{err}");
+    let err = parse("[diagnosis]\ntime_scale = 0.0\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("time_scale"), "{err}");
+    let err = parse("[diagnosis.input_starvd]\nenabled = false\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("input_starvd"), "{err}");
 }
 
 #[test]

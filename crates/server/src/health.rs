@@ -50,11 +50,7 @@ pub fn check(latest: Option<&Latest>, interval: Duration, now: Instant) -> Healt
             )
         }),
         last_sample_age_seconds: Some(age.as_secs_f64()),
-        nvml: match (s.nvml_up, s.gpu_stale) {
-            (_, true) => "stale",
-            (true, false) => "up",
-            (false, false) => "unavailable",
-        },
+        nvml: crate::api::nvml_state(s.nvml_up, s.gpu_stale),
         gpus: s.gpus.len(),
         jobs: s.jobs.len(),
     }

@@ -1,4 +1,4 @@
-//! The HTTP server: `/metrics` and `/healthz`. Handlers read the latest
+//! The HTTP server: `/metrics`, `/healthz` and the JSON API. Handlers read the latest
 //! snapshot only; none of them touches NVML or `/proc`.
 
 use std::time::{Duration, Instant};
@@ -10,12 +10,13 @@ use axum::response::{IntoResponse, Json, Response};
 use axum::routing::get;
 use tower_http::compression::CompressionLayer;
 
-use crate::sampler::LatestRx;
-use crate::{health, metrics};
+use crate::sampler::{LatestRx, SharedEngine};
+use crate::{api, health, metrics};
 
 #[derive(Clone)]
 pub struct AppState {
     pub latest: LatestRx,
+    pub engine: SharedEngine,
     pub interval: Duration,
     pub max_processes: usize,
 }
@@ -24,6 +25,8 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/metrics", get(metrics_handler))
         .route("/healthz", get(healthz_handler))
+        .route("/api/v1/status", get(api::status))
+        .route("/api/v1/events", get(api::events))
         .fallback(not_found)
         .layer(CompressionLayer::new())
         .with_state(state)
@@ -32,11 +35,18 @@ pub fn router(state: AppState) -> Router {
 async fn metrics_handler(State(state): State<AppState>, headers: HeaderMap) -> Response {
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
     let format = metrics::Format::negotiate(accept);
-    let snapshot = state.latest.borrow().as_ref().map(|l| l.snapshot.clone());
-    match snapshot {
-        Some(snapshot) => (
+    let latest = state.latest.borrow().clone();
+    match latest {
+        Some(latest) => (
             [(header::CONTENT_TYPE, format.content_type())],
-            metrics::render(snapshot, state.max_processes, format),
+            metrics::render(
+                metrics::Scrape {
+                    snapshot: latest.snapshot,
+                    diagnosis: latest.diagnosis,
+                    max_processes: state.max_processes,
+                },
+                format,
+            ),
         )
             .into_response(),
         None => (StatusCode::SERVICE_UNAVAILABLE, "no sample taken yet\n").into_response(),
@@ -60,7 +70,7 @@ async fn healthz_handler(State(state): State<AppState>) -> Response {
 async fn not_found() -> Response {
     (
         StatusCode::NOT_FOUND,
-        "not found; stallwatch serves /metrics and /healthz\n",
+        "not found; stallwatch serves /metrics, /healthz, /api/v1/status and /api/v1/events\n",
     )
         .into_response()
 }

@@ -1,8 +1,10 @@
 //! The `stallwatch` daemon: configuration, the sampling loop, the HTTP
 //! server (`/metrics`, `/healthz`) and the command line.
 
+pub mod api;
 pub mod cli;
 pub mod config;
+pub mod frame;
 pub mod health;
 pub mod http;
 pub mod logging;

@@ -3,17 +3,20 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, mpsc};
 
 use anyhow::Context;
 use collector::collector::Collector;
 use collector::gpu::GpuOptions;
+use diagnosis::Engine;
 use tokio::sync::watch;
 
 use crate::cli::RunArgs;
 use crate::config::{self, Config};
 use crate::http::{self, AppState};
-use crate::{logging, notify, sampler};
+use crate::logging;
+use crate::notify;
+use crate::sampler::Sampler;
 
 /// Exit status for a configuration the daemon cannot use.
 pub const EXIT_CONFIG: u8 = 2;
@@ -39,7 +42,7 @@ pub fn main(args: RunArgs) -> ExitCode {
         }
     };
     logging::init(args.log_format);
-    match serve(config) {
+    match serve(config, args.record_frames.clone()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");
@@ -48,7 +51,7 @@ pub fn main(args: RunArgs) -> ExitCode {
     }
 }
 
-fn serve(config: Config) -> anyhow::Result<()> {
+fn serve(config: Config, record_frames: Option<PathBuf>) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -66,12 +69,30 @@ fn serve(config: Config) -> anyhow::Result<()> {
             config.procfs.root.clone(),
         )
         .context("cannot start the collector")?;
+        let record = match &record_frames {
+            Some(path) => Some(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .with_context(|| format!("cannot open {} to record frames", path.display()))?,
+            ),
+            None => None,
+        };
+        let engine = Arc::new(Mutex::new(Engine::new(config.diagnosis.clone())));
         let (publish, latest) = watch::channel(None);
         let (stop_tx, stop_rx) = mpsc::channel();
-        let sampler = sampler::spawn(collector, config.sampling.interval, publish, stop_rx)
-            .context("cannot start the sampling thread")?;
+        let sampler = Sampler {
+            collector,
+            engine: engine.clone(),
+            interval: config.sampling.interval,
+            record,
+        }
+        .spawn(publish, stop_rx)
+        .context("cannot start the sampling thread")?;
         let app = http::router(AppState {
             latest,
+            engine,
             interval: config.sampling.interval,
             max_processes: config.gpu.max_processes,
         });

@@ -1,10 +1,12 @@
 //! The sampling loop: its own OS thread and interval timer. Each tick takes a
-//! raw sample, derives a snapshot from it and the previous one, publishes it
-//! for scrapes and the API, and pings the systemd watchdog.
+//! raw sample, derives a snapshot from it and the previous one, runs the
+//! diagnosis on it, publishes both for scrapes and the API, and pings the
+//! systemd watchdog.
 
+use std::io::Write;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -12,54 +14,109 @@ use collector::collector::Collector;
 use collector::delta::derive;
 use collector::sample::Sample;
 use collector::snapshot::Snapshot;
+use diagnosis::{Engine, Event, GpuStatus, Phase};
 use tokio::sync::watch;
 
-use crate::notify;
+use crate::{frame, notify};
 
-/// The latest snapshot and when its sample finished.
+/// The latest snapshot, the diagnosis made from it, and when it finished.
 #[derive(Debug, Clone)]
 pub struct Latest {
     pub snapshot: Arc<Snapshot>,
+    pub diagnosis: Arc<Vec<GpuStatus>>,
     pub finished: Instant,
 }
 
 pub type LatestRx = watch::Receiver<Option<Latest>>;
 
-pub fn spawn(
-    mut collector: Collector,
-    interval: Duration,
-    publish: watch::Sender<Option<Latest>>,
-    stop: Receiver<()>,
-) -> std::io::Result<JoinHandle<()>> {
-    std::thread::Builder::new()
-        .name("sampler".into())
-        .spawn(move || {
-            let mut prev: Option<(Sample, Arc<Snapshot>)> = None;
-            let mut next = Instant::now();
-            loop {
-                // A reader bug must not end sampling: skip that tick.
-                let sample = match catch_unwind(AssertUnwindSafe(|| collector.sample())) {
-                    Ok(sample) => sample,
-                    Err(_) => {
-                        tracing::error!("a sample panicked and was skipped");
-                        if !sleep_until_next(&mut next, interval, &stop) {
-                            return;
+/// The diagnosis engine, shared with the API (which reads its event ring).
+pub type SharedEngine = Arc<Mutex<Engine>>;
+
+pub struct Sampler {
+    pub collector: Collector,
+    pub engine: SharedEngine,
+    pub interval: Duration,
+    /// Where to append each frame as a JSON line, if anywhere.
+    pub record: Option<std::fs::File>,
+}
+
+impl Sampler {
+    pub fn spawn(
+        mut self,
+        publish: watch::Sender<Option<Latest>>,
+        stop: Receiver<()>,
+    ) -> std::io::Result<JoinHandle<()>> {
+        std::thread::Builder::new()
+            .name("sampler".into())
+            .spawn(move || {
+                let mut prev: Option<(Sample, Arc<Snapshot>)> = None;
+                let mut next = Instant::now();
+                loop {
+                    // A reader bug must not end sampling: skip that tick.
+                    match catch_unwind(AssertUnwindSafe(|| self.tick(prev.as_ref()))) {
+                        Ok((sample, latest)) => {
+                            prev = Some((sample, latest.snapshot.clone()));
+                            publish.send_replace(Some(latest));
+                            notify::watchdog();
                         }
-                        continue;
+                        Err(_) => tracing::error!("a sample panicked and was skipped"),
                     }
-                };
-                let snapshot = Arc::new(derive(prev.as_ref().map(|(s, n)| (s, &**n)), &sample));
-                publish.send_replace(Some(Latest {
-                    snapshot: snapshot.clone(),
-                    finished: Instant::now(),
-                }));
-                notify::watchdog();
-                prev = Some((sample, snapshot));
-                if !sleep_until_next(&mut next, interval, &stop) {
-                    return;
+                    if !sleep_until_next(&mut next, self.interval, &stop) {
+                        return;
+                    }
                 }
+            })
+    }
+
+    fn tick(&mut self, prev: Option<&(Sample, Arc<Snapshot>)>) -> (Sample, Latest) {
+        let sample = self.collector.sample();
+        let snapshot = Arc::new(derive(prev.map(|(s, n)| (s, &**n)), &sample));
+        let frame = frame::from_snapshot(&snapshot);
+        if let Some(file) = &mut self.record {
+            if let Err(e) = serde_json::to_writer(&mut *file, &frame)
+                .map_err(std::io::Error::from)
+                .and_then(|()| file.write_all(b"\n"))
+            {
+                tracing::warn!(error = %e, "cannot record frame; recording stopped");
+                self.record = None;
             }
-        })
+        }
+        let (events, status) = {
+            let mut engine = self.engine.lock().unwrap_or_else(|p| p.into_inner());
+            let events = engine.observe(&frame);
+            (events, engine.status())
+        };
+        events.iter().for_each(log_event);
+        let latest = Latest {
+            snapshot,
+            diagnosis: Arc::new(status),
+            finished: Instant::now(),
+        };
+        (sample, latest)
+    }
+}
+
+/// One structured log line per event.
+fn log_event(e: &Event) {
+    let evidence = serde_json::to_string(&e.evidence).unwrap_or_default();
+    let (pid, comm) = e.job.as_ref().map_or((0, ""), |j| (j.pid, j.comm.as_str()));
+    let message = match e.phase {
+        Phase::Start => "stall started",
+        Phase::End => "stall ended",
+    };
+    tracing::warn!(
+        target: "stallwatch::event",
+        kind = e.kind.as_str(),
+        phase = ?e.phase,
+        gpu = e.gpu,
+        uuid = %e.uuid,
+        pid,
+        comm,
+        since = e.since,
+        evidence = %evidence,
+        hint = %e.hint,
+        "{message}"
+    );
 }
 
 /// Waits for the next tick (fixed rate; after an overrun, from now on).

@@ -5,13 +5,15 @@
 mod gpu;
 mod host;
 mod job;
+mod verdicts;
 
 use std::sync::Arc;
 
 use collector::sample::ErrorSource;
 use collector::snapshot::Snapshot;
+use diagnosis::GpuStatus;
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
@@ -59,6 +61,7 @@ pub fn hertz() -> Unit {
 #[derive(Debug)]
 pub struct Scrape {
     pub snapshot: Arc<Snapshot>,
+    pub diagnosis: Arc<Vec<GpuStatus>>,
     pub max_processes: usize,
 }
 
@@ -68,18 +71,16 @@ impl Collector for Scrape {
         let e = &mut encoder;
         own(e, s)?;
         gpu::encode(e, s, self.max_processes)?;
+        verdicts::encode(e, &self.diagnosis)?;
         job::encode(e, s)?;
         host::encode(e, &s.host)
     }
 }
 
-/// Renders a snapshot in the given format.
-pub fn render(snapshot: Arc<Snapshot>, max_processes: usize, format: Format) -> String {
+/// Renders a snapshot and its diagnosis in the given format.
+pub fn render(scrape: Scrape, format: Format) -> String {
     let mut registry = Registry::default();
-    registry.register_collector(Box::new(Scrape {
-        snapshot,
-        max_processes,
-    }));
+    registry.register_collector(Box::new(scrape));
     let mut out = String::with_capacity(16 * 1024);
     // Writing into a String cannot fail.
     let _ = match format {
@@ -203,7 +204,3 @@ fn own(e: &mut DescriptorEncoder, s: &Snapshot) -> Result<(), std::fmt::Error> {
         }),
     )
 }
-
-/// Keeps `EncodeMetric` in scope for the trait methods used above.
-#[allow(dead_code)]
-fn _assert_encode_metric(_: &dyn EncodeMetric) {}

@@ -1,0 +1,90 @@
+//! The JSON API: `/api/v1/status` and `/api/v1/events` (schema in docs/api.md).
+
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Json, Response};
+use diagnosis::{Event, GpuStatus};
+use serde::{Deserialize, Serialize};
+
+use crate::http::AppState;
+
+/// Most events one request returns.
+pub const MAX_LIMIT: usize = 1000;
+const DEFAULT_LIMIT: usize = 100;
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct StatusResponse {
+    /// When the sample behind this status was taken, seconds since the epoch.
+    pub time: f64,
+    /// `up`, `unavailable` or `stale`.
+    pub nvml: String,
+    pub gpus: Vec<GpuStatus>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct EventsResponse {
+    pub events: Vec<Event>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventsQuery {
+    /// Only events at or after this time (seconds since the epoch).
+    since: Option<f64>,
+    /// Only events with a greater id (for polling without gaps).
+    after: Option<u64>,
+    limit: Option<usize>,
+}
+
+pub fn nvml_state(up: bool, stale: bool) -> &'static str {
+    match (up, stale) {
+        (_, true) => "stale",
+        (true, false) => "up",
+        (false, false) => "unavailable",
+    }
+}
+
+pub async fn status(State(state): State<AppState>) -> Response {
+    let latest = state.latest.borrow().clone();
+    let Some(latest) = latest else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "no sample taken yet\n").into_response();
+    };
+    Json(StatusResponse {
+        time: latest.snapshot.timestamp_seconds,
+        nvml: nvml_state(latest.snapshot.nvml_up, latest.snapshot.gpu_stale).to_owned(),
+        gpus: latest.diagnosis.as_ref().clone(),
+    })
+    .into_response()
+}
+
+pub async fn events(
+    State(state): State<AppState>,
+    query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let Query(q) = match query {
+        Ok(q) => q,
+        Err(e) => return (StatusCode::BAD_REQUEST, format!("{}\n", e.body_text())).into_response(),
+    };
+    let limit = q.limit.unwrap_or(DEFAULT_LIMIT);
+    if limit == 0 || limit > MAX_LIMIT {
+        return (
+            StatusCode::BAD_REQUEST,
+            format!("limit must be between 1 and {MAX_LIMIT}\n"),
+        )
+            .into_response();
+    }
+    let since = q.since.unwrap_or(f64::NEG_INFINITY);
+    if since.is_nan() {
+        return (
+            StatusCode::BAD_REQUEST,
+            "since must be a number of seconds since the epoch\n",
+        )
+            .into_response();
+    }
+    let events = state
+        .engine
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .events(since, q.after.unwrap_or(0), limit);
+    Json(EventsResponse { events }).into_response()
+}

@@ -1,0 +1,104 @@
+//! The view of a snapshot the diagnosis engine takes.
+
+use collector::snapshot::{ClockEventReason, GpuSnapshot, JobSnapshot, Snapshot};
+use diagnosis::frame::{
+    Attribution, Frame, GpuFrame, HostFrame, JobFrame, ProcessFrame, ThreadFrame,
+};
+
+pub fn from_snapshot(s: &Snapshot) -> Frame {
+    Frame {
+        t: s.timestamp_seconds,
+        gpus: s
+            .gpus
+            .iter()
+            .map(|g| gpu(g, s.nvml_up && !s.gpu_stale))
+            .collect(),
+        jobs: s.jobs.iter().map(job).collect(),
+        host: HostFrame {
+            cpu_utilization: s.host.cpu_utilization_ratio,
+            busiest_core: s.host.busiest_core_ratio,
+            cpus: s.host.cpus,
+            psi_cpu_some: s.host.pressure.cpu_some,
+            psi_io_some: s.host.pressure.io_some,
+            psi_memory_some: s.host.pressure.memory_some,
+            memory_total_bytes: s.host.memory.map(|m| m.total_bytes),
+            memory_available_bytes: s.host.memory.map(|m| m.available_bytes),
+            swap_used_bytes: s
+                .host
+                .memory
+                .map(|m| m.swap_total_bytes.saturating_sub(m.swap_free_bytes)),
+        },
+    }
+}
+
+fn gpu(g: &GpuSnapshot, nvml_fresh: bool) -> GpuFrame {
+    let bits = |reason: &ClockEventReason| {
+        ClockEventReason::ALL
+            .iter()
+            .find(|(r, _)| r == reason)
+            .map_or(0, |(_, bit)| *bit)
+    };
+    GpuFrame {
+        index: g.index,
+        uuid: g.uuid.clone(),
+        fresh: nvml_fresh && g.up,
+        utilization: g.utilization_ratio,
+        memory_used_bytes: g.memory_used_bytes,
+        memory_total_bytes: g.memory_total_bytes,
+        power_watts: g.power_watts,
+        power_limit_watts: g.power_limit_watts,
+        clock_events: g
+            .clock_events
+            .iter()
+            .flatten()
+            .map(bits)
+            .fold(0, |a, b| a | b),
+        temperature_celsius: g.temperature_celsius,
+        processes: g
+            .processes
+            .iter()
+            .map(|p| ProcessFrame {
+                pid: p.pid,
+                memory_bytes: p.memory_bytes,
+                sm_utilization: p.sm_utilization_ratio,
+            })
+            .collect(),
+    }
+}
+
+fn job(j: &JobSnapshot) -> JobFrame {
+    let a = &j.attribution;
+    JobFrame {
+        pid: j.pid,
+        comm: j.comm.clone(),
+        state: j.state,
+        ppid: j.ppid,
+        start_time: j.start_time_seconds,
+        gpus: j.gpus.clone(),
+        attribution: Attribution {
+            container_id: a.container_id.clone(),
+            systemd_unit: a.systemd_unit.clone(),
+            pod_uid: a.pod_uid.clone(),
+            slurm_job_id: a.slurm_job_id.clone(),
+        },
+        processes: j.processes,
+        cpu_cores: j.cpu_cores,
+        top_threads: j
+            .top_threads
+            .iter()
+            .map(|t| ThreadFrame {
+                pid: t.pid,
+                tid: t.tid,
+                name: t.name.clone(),
+                state: t.state,
+                cpu: t.cpu_ratio,
+            })
+            .collect(),
+        threads_total: j.threads.total(),
+        threads_running: j.threads.running,
+        threads_disk_sleep: j.threads.disk_sleep,
+        read_bytes_per_second: j.read_bytes_per_second,
+        rss_bytes: j.rss_bytes,
+        last_output: j.last_output_seconds,
+    }
+}
