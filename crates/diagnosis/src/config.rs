@@ -430,3 +430,62 @@ impl DiagnosisConfig {
         Ok(())
     }
 }
+
+impl DiagnosisConfig {
+    /// The same rules with windows, enter, exit and leftover idle times
+    /// shrunk so every enabled kind can fire within `seconds` of watching
+    /// (for `stallwatch check`). Warm-up and hang times are left as they
+    /// are: a job's age and its silence are known from its first sample.
+    pub fn fitted_to(&self, seconds: f64) -> DiagnosisConfig {
+        let longest = Kind::ALL
+            .iter()
+            .map(|k| self.timing(*k))
+            .filter(|t| t.enabled)
+            .map(|t| (t.window + t.enter_for) / self.time_scale)
+            .fold(self.leftover_process.idle_for.as_secs_f64(), f64::max);
+        let factor = (seconds * 0.8 / longest).min(1.0);
+        let f = |d: &mut Duration| *d = d.mul_f64(factor);
+        let mut c = self.clone();
+        c.time_scale = 1.0;
+        c.warmup = self.warmup.mul_f64(self.time_scale);
+        c.hang_min = self.hang_min.mul_f64(self.time_scale);
+        c.hang_max = self.hang_max.mul_f64(self.time_scale);
+        for d in [
+            &mut c.input_starved.window,
+            &mut c.input_starved.enter_for,
+            &mut c.input_starved.exit_for,
+            &mut c.input_bound.window,
+            &mut c.input_bound.enter_for,
+            &mut c.input_bound.exit_for,
+            &mut c.single_thread_bound.window,
+            &mut c.single_thread_bound.enter_for,
+            &mut c.single_thread_bound.exit_for,
+            &mut c.cpu_saturated.window,
+            &mut c.cpu_saturated.enter_for,
+            &mut c.cpu_saturated.exit_for,
+            &mut c.io_bound.window,
+            &mut c.io_bound.enter_for,
+            &mut c.io_bound.exit_for,
+            &mut c.busy_no_progress.window,
+            &mut c.busy_no_progress.enter_for,
+            &mut c.busy_no_progress.exit_for,
+            &mut c.idle_no_progress.window,
+            &mut c.idle_no_progress.enter_for,
+            &mut c.idle_no_progress.exit_for,
+            &mut c.host_memory_pressure.enter_for,
+            &mut c.host_memory_pressure.exit_for,
+            &mut c.gpu_memory_full.enter_for,
+            &mut c.gpu_memory_full.exit_for,
+            &mut c.shared_gpu.enter_for,
+            &mut c.shared_gpu.exit_for,
+            &mut c.leftover_process.idle_for,
+            &mut c.leftover_process.exit_for,
+            &mut c.throttled.window,
+            &mut c.throttled.enter_for,
+            &mut c.throttled.exit_for,
+        ] {
+            f(d);
+        }
+        c
+    }
+}

@@ -55,13 +55,13 @@ impl Progress {
         self.jobs = seen;
     }
 
-    /// Seconds since the job last showed output (or since it was first seen).
+    /// Seconds since the job last showed output (or since it was first seen,
+    /// when it never has).
     pub fn silent_seconds(&self, job: &JobFrame, t: f64) -> Option<f64> {
         let track = self.jobs.get(&job_key(job))?;
-        let since = track
-            .last_output
-            .unwrap_or(track.first_seen)
-            .max(track.first_seen.min(t));
+        // Output time read from the job (a log file's mtime) counts even if
+        // it is older than our first sight of the job.
+        let since = track.last_output.unwrap_or(track.first_seen);
         Some((t - since).max(0.0))
     }
 

@@ -290,3 +290,32 @@ fn frames_round_trip_through_json_lines() {
     let back: Frame = serde_json::from_str(&line).unwrap();
     assert_eq!(back, f);
 }
+
+#[test]
+fn a_config_fitted_to_a_short_check_fires_within_it() {
+    let config = DiagnosisConfig::default().fitted_to(30.0);
+    assert_eq!(
+        config.warmup,
+        DiagnosisConfig::default().warmup,
+        "warm-up is the job's age"
+    );
+    let mut run = Run::new(config);
+    run.feed(0, 30, |t| frame(t, 0.0, vec![job(100, 0.6, 0.99)]));
+    assert_eq!(
+        run.kinds(),
+        vec![Kind::InputStarved, Kind::SingleThreadBound]
+    );
+}
+
+#[test]
+fn silence_known_at_first_sight_counts_toward_the_hang_time() {
+    let config = DiagnosisConfig::default().fitted_to(30.0);
+    let mut run = Run::new(config);
+    run.feed(1000, 1030, |t| {
+        let mut j = job(100, 0.0, 0.0);
+        j.threads_running = 0;
+        j.last_output = Some(100.0); // stdout last written 15 minutes ago
+        frame(t, 0.0, vec![j])
+    });
+    assert_eq!(run.kinds(), vec![Kind::IdleNoProgress]);
+}
