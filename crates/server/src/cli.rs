@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
@@ -22,6 +23,33 @@ pub struct Cli {
 pub enum Command {
     /// Run the daemon (the default).
     Run(RunArgs),
+    /// Watch this host for a while and say why its GPUs are idle (exit 0: no
+    /// stall, 1: a stall or finding, 2: error).
+    Check(CheckArgs),
+    /// Print what a running daemon diagnoses (same exit codes as check).
+    Status(StatusArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CheckArgs {
+    /// How long to watch; the rules' windows are fitted to it.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub duration: Duration,
+    /// Print JSON (the status and the events seen) instead of text.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct StatusArgs {
+    /// Base URL of the daemon.
+    #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:9847")]
+    pub url: String,
+    /// Print the API's JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Clone, Args)]

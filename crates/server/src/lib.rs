@@ -2,6 +2,7 @@
 //! server (`/metrics`, `/healthz`) and the command line.
 
 pub mod api;
+pub mod check;
 pub mod cli;
 pub mod config;
 pub mod frame;
@@ -10,5 +11,7 @@ pub mod http;
 pub mod logging;
 pub mod metrics;
 pub mod notify;
+pub mod report;
 pub mod run;
 pub mod sampler;
+pub mod status_cmd;

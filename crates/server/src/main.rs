@@ -3,12 +3,14 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use stallwatch::{cli, run};
+use stallwatch::{check, cli, run, status_cmd};
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     match cli.command {
         None => run::main(cli.run),
         Some(cli::Command::Run(args)) => run::main(args),
+        Some(cli::Command::Check(args)) => check::main(args),
+        Some(cli::Command::Status(args)) => status_cmd::main(args),
     }
 }

@@ -1,0 +1,300 @@
+//! Times rendering `/metrics` and deriving a snapshot, in memory, at the size
+//! the performance targets name: 8 GPUs with 9 processes on each, 8 jobs of
+//! 9 processes (20 threads in the GPU-holding one, 1 in each child).
+//!
+//! Plain `Instant` timing (no criterion): a warm-up, then every iteration is
+//! timed on its own; mean, p50, p99 and max are printed in microseconds.
+//!
+//! Run with `cargo bench -p stallwatch --bench render`. Any argument that is
+//! a number sets the iteration count (default 5000).
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use collector::delta::derive;
+use collector::sample::{
+    Attribution, CpuTimes, ErrorCounts, GpuProcessKind, GpuProcessSample, GpuReadout, GpuSample,
+    HostMemory, HostSample, IoCounters, JobSample, Pressure, ProcessId, ProcessSample, Sample,
+    ThreadSample,
+};
+use collector::snapshot::Snapshot;
+use stallwatch::metrics::{Format, render};
+
+const GPUS: u32 = 8;
+const CHILDREN_PER_JOB: u32 = 8;
+const LEADER_THREADS: u32 = 20;
+const MAX_PROCESSES: usize = 16;
+const CORES: usize = 2;
+
+/// Pid of job `job`'s leader (`child` 0) or of its `child`-th child (1-8).
+fn pid(job: u32, child: u32) -> u32 {
+    100_000 + job * 100 + child * 10
+}
+
+fn thread(tid: u32, name: String, state: char, cpu_seconds: f64) -> ThreadSample {
+    ThreadSample {
+        tid,
+        name,
+        state,
+        cpu_seconds,
+    }
+}
+
+fn process(
+    pid: u32,
+    ppid: u32,
+    comm: &str,
+    threads: Vec<ThreadSample>,
+    io_scale: u64,
+) -> ProcessSample {
+    let cpu_seconds = threads.iter().map(|t| t.cpu_seconds).sum();
+    ProcessSample {
+        id: ProcessId {
+            pid,
+            start_ticks: u64::from(pid) * 7,
+        },
+        ppid,
+        comm: comm.to_owned(),
+        state: 'S',
+        start_time_seconds: 1_700_000_000.0,
+        cpu_seconds,
+        rss_bytes: 512 << 20,
+        threads,
+        io: Some(IoCounters {
+            rchar: 1_000_000 * io_scale,
+            wchar: 20_000 * io_scale,
+            read_bytes: 4096 * io_scale,
+            write_bytes: 8192 * io_scale,
+        }),
+    }
+}
+
+/// One job at tick `t` (0 or 1): CPU counters and I/O grow between ticks.
+fn job(j: u32, t: u32) -> JobSample {
+    let leader_pid = pid(j, 0);
+    let tf = f64::from(t);
+    let mut leader_threads = vec![thread(leader_pid, "python3".into(), 'R', 100.0 + tf * 0.9)];
+    leader_threads.extend((1..LEADER_THREADS).map(|i| {
+        let name = match i {
+            1 => "pt_main_thread".to_owned(),
+            2..=5 => format!("pt_autograd_{}", i - 2),
+            _ => format!("python3-{i}"),
+        };
+        thread(
+            leader_pid + i,
+            name,
+            'S',
+            10.0 + f64::from(i) + tf * 0.01 * f64::from(i),
+        )
+    }));
+    let leader = process(leader_pid, 1, "python3", leader_threads, u64::from(t + 1));
+    let descendants = (1..=CHILDREN_PER_JOB)
+        .map(|c| {
+            let p = pid(j, c);
+            process(
+                p,
+                leader_pid,
+                "pt_data_worker",
+                vec![thread(p, "pt_data_worker".into(), 'S', 5.0 + tf * 0.2)],
+                u64::from(t + 1),
+            )
+        })
+        .collect();
+    JobSample {
+        gpus: vec![j],
+        leader,
+        descendants,
+        attribution: Attribution {
+            container_id: Some(format!("{:064x}", 0xabcdef_u64 + u64::from(j))),
+            systemd_unit: None,
+            pod_uid: Some(format!("1b4e28ba-2fa1-11d2-883f-0016d3cca42{j}")),
+            slurm_job_id: None,
+        },
+        stdout_bytes: Some(10_000 + u64::from(t) * 100),
+        stderr_bytes: Some(500),
+        output_modified_seconds: Some(1_700_000_000.0 + tf),
+    }
+}
+
+fn gpu(index: u32, t: u32) -> GpuSample {
+    GpuSample {
+        index,
+        uuid: format!("GPU-00000000-0000-0000-0000-00000000000{index}"),
+        name: "NVIDIA H100 80GB HBM3".into(),
+        pci_bus_id: format!("00000000:{:02X}:00.0", 0x17 + index),
+        up: true,
+        utilization_ratio: Some(0.5),
+        memory_utilization_ratio: Some(0.2),
+        memory_used_bytes: Some(70 << 30),
+        memory_total_bytes: Some(80 << 30),
+        temperature_celsius: Some(50.0),
+        power_watts: Some(200.0),
+        power_limit_watts: Some(700.0),
+        energy_joules: Some(1_000.0 + f64::from(t) * 200.0),
+        sm_clock_hertz: Some(1.98e9),
+        memory_clock_hertz: Some(2.619e9),
+        clock_event_reasons: Some(0x1 | 0x4),
+        pcie_transmit_bytes_per_second: Some(1.024e6),
+        pcie_receive_bytes_per_second: Some(2.048e6),
+        // The job's leader and its 8 children: 9 processes on every GPU.
+        processes: (0..=CHILDREN_PER_JOB)
+            .map(|c| GpuProcessSample {
+                pid: pid(index, c),
+                kind: GpuProcessKind::Compute,
+                memory_bytes: Some((8 << 30) - u64::from(c) * (1 << 20)),
+                sm_utilization_ratio: Some(0.4),
+                memory_utilization_ratio: Some(0.1),
+            })
+            .collect(),
+    }
+}
+
+fn sample(t: u32) -> Sample {
+    let tf = f64::from(t);
+    let cpu = |busy: f64| CpuTimes {
+        busy_seconds: busy + tf * 0.5,
+        total_seconds: 2.0 * busy + tf,
+    };
+    Sample {
+        timestamp_seconds: 1_700_000_000.0 + tf,
+        duration_seconds: 0.002,
+        gpu: GpuReadout {
+            nvml_up: true,
+            stale: false,
+            read_at_seconds: 1_700_000_000.0 + tf,
+            driver_version: Some("550.54.15".into()),
+            gpus: (0..GPUS).map(|g| gpu(g, t)).collect(),
+        },
+        jobs: (0..GPUS).map(|j| job(j, t)).collect(),
+        host: HostSample {
+            cpu: Some(cpu(1000.0)),
+            cores: (0..CORES).map(|c| cpu(500.0 + c as f64)).collect(),
+            online_cpus: Some(CORES as u32),
+            pressure: Pressure {
+                cpu_some: Some(0.01),
+                cpu_full: Some(0.0),
+                io_some: Some(0.02),
+                io_full: Some(0.01),
+                memory_some: Some(0.0),
+                memory_full: Some(0.0),
+            },
+            memory: Some(HostMemory {
+                total_bytes: 24 << 30,
+                available_bytes: 20 << 30,
+                swap_total_bytes: 0,
+                swap_free_bytes: 0,
+            }),
+        },
+        errors: ErrorCounts::default(),
+    }
+}
+
+struct Stats {
+    mean: f64,
+    p50: f64,
+    p99: f64,
+    max: f64,
+}
+
+/// Runs `f` `warmup` times untimed, then `iterations` times, each timed.
+fn measure(warmup: usize, iterations: usize, mut f: impl FnMut()) -> Stats {
+    for _ in 0..warmup {
+        f();
+    }
+    let mut times: Vec<Duration> = Vec::with_capacity(iterations);
+    for _ in 0..iterations {
+        let start = Instant::now();
+        f();
+        times.push(start.elapsed());
+    }
+    times.sort();
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    let at = |q: f64| us(times[((times.len() as f64 * q) as usize).min(times.len() - 1)]);
+    Stats {
+        mean: times.iter().map(|d| us(*d)).sum::<f64>() / times.len() as f64,
+        p50: at(0.50),
+        p99: at(0.99),
+        max: us(*times.last().unwrap()),
+    }
+}
+
+fn report(name: &str, s: &Stats) {
+    println!(
+        "{name:<34} mean {:>8.1} µs   p50 {:>8.1} µs   p99 {:>8.1} µs   max {:>8.1} µs",
+        s.mean, s.p50, s.p99, s.max
+    );
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; a number sets the iteration count.
+    let iterations = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse::<usize>().ok())
+        .unwrap_or(5000);
+    let warmup = (iterations / 10).max(100);
+
+    let s0 = sample(0);
+    let s1 = sample(1);
+    let snap0 = derive(None, &s0);
+    let snap1: Arc<Snapshot> = Arc::new(derive(Some((&s0, &snap0)), &s1));
+
+    let processes: u32 = snap1.jobs.iter().map(|j| j.processes).sum();
+    let threads: u32 = snap1.jobs.iter().map(|j| j.threads.total()).sum();
+    let gpu_processes: usize = snap1.gpus.iter().map(|g| g.processes.len()).sum();
+    assert_eq!(snap1.gpus.len(), 8);
+    assert_eq!(snap1.jobs.len(), 8);
+    assert!(snap1.jobs.iter().all(|j| j.processes == 9));
+    assert!(snap1.jobs.iter().all(|j| j.top_threads.len() == 3));
+    assert!(snap1.gpus.iter().all(|g| g.processes.len() == 9));
+
+    let open_metrics = render(snap1.clone(), MAX_PROCESSES, Format::OpenMetrics);
+    let prometheus_text = render(snap1.clone(), MAX_PROCESSES, Format::PrometheusText);
+    let series = open_metrics
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .count();
+
+    println!(
+        "shape: {} GPUs, {gpu_processes} GPU processes, {} jobs, {processes} job processes, \
+         {threads} job threads; {iterations} timed iterations after {warmup} warm-up",
+        snap1.gpus.len(),
+        snap1.jobs.len(),
+    );
+    println!(
+        "output: OpenMetrics {} bytes, {series} series; Prometheus text {} bytes",
+        open_metrics.len(),
+        prometheus_text.len()
+    );
+
+    let stats = measure(warmup, iterations, || {
+        let out = render(
+            black_box(snap1.clone()),
+            black_box(MAX_PROCESSES),
+            Format::OpenMetrics,
+        );
+        black_box(out);
+    });
+    report("render (OpenMetrics)", &stats);
+
+    let stats = measure(warmup, iterations, || {
+        let out = render(
+            black_box(snap1.clone()),
+            black_box(MAX_PROCESSES),
+            Format::PrometheusText,
+        );
+        black_box(out);
+    });
+    report("render (Prometheus text)", &stats);
+
+    let stats = measure(warmup, iterations, || {
+        let snap = derive(Some((black_box(&s0), black_box(&snap0))), black_box(&s1));
+        black_box(snap);
+    });
+    report("delta::derive (2nd sample)", &stats);
+
+    let stats = measure(warmup, iterations, || {
+        black_box(derive(None, black_box(&s0)));
+    });
+    report("delta::derive (first sample)", &stats);
+}

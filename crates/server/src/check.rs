@@ -1,0 +1,93 @@
+//! `stallwatch check`: for the person at the terminal of a stuck job. Samples
+//! for a while with the rules fitted to that time, then prints per GPU the
+//! verdict, what it saw and what to do.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use collector::collector::Collector;
+use collector::delta::derive;
+use collector::gpu::GpuOptions;
+use diagnosis::Engine;
+
+use crate::api::{StatusResponse, nvml_state};
+use crate::cli::CheckArgs;
+use crate::{frame, report, run};
+
+pub const EXIT_FOUND: u8 = 1;
+pub const EXIT_ERROR: u8 = 2;
+
+pub fn main(args: CheckArgs) -> ExitCode {
+    let config = match run::load_config(&args.run) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("stallwatch: {e}");
+            return ExitCode::from(EXIT_ERROR);
+        }
+    };
+    let seconds = args.duration.as_secs_f64();
+    if seconds < 5.0 {
+        eprintln!("stallwatch: --duration must be at least 5s");
+        return ExitCode::from(EXIT_ERROR);
+    }
+    let mut collector = match Collector::new(
+        GpuOptions {
+            library: config.nvml_library(),
+            timeout: config.gpu.timeout,
+            init_retry_max: config.gpu.init_retry_max,
+        },
+        config.procfs.root.clone(),
+    ) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("stallwatch: {e}");
+            return ExitCode::from(EXIT_ERROR);
+        }
+    };
+    // At least 30 samples, and no slower than the configured interval.
+    let interval = config
+        .sampling
+        .interval
+        .min(Duration::from_secs_f64(seconds / 30.0));
+    let mut engine = Engine::new(config.diagnosis.fitted_to(seconds));
+    if !args.json {
+        eprintln!(
+            "stallwatch: watching for {} ...",
+            humantime::format_duration(args.duration)
+        );
+    }
+    let started = Instant::now();
+    let mut prev = None;
+    let mut events = Vec::new();
+    let mut last = None;
+    while started.elapsed() < args.duration {
+        let tick = Instant::now();
+        let sample = collector.sample();
+        let snapshot = derive(prev.as_ref().map(|(s, n)| (s, n)), &sample);
+        events.extend(engine.observe(&frame::from_snapshot(&snapshot)));
+        last = Some((
+            snapshot.timestamp_seconds,
+            snapshot.nvml_up,
+            snapshot.gpu_stale,
+        ));
+        prev = Some((sample, snapshot));
+        std::thread::sleep(interval.saturating_sub(tick.elapsed()));
+    }
+    let (time, up, stale) = last.unwrap_or_default();
+    let status = StatusResponse {
+        time,
+        nvml: nvml_state(up, stale).to_owned(),
+        gpus: engine.status(),
+    };
+    if args.json {
+        let body = serde_json::json!({ "status": status, "events": events });
+        println!("{body:#}");
+    } else {
+        print!("{}", report::render(&status, &events));
+    }
+    if report::found_something(&status) {
+        ExitCode::from(EXIT_FOUND)
+    } else {
+        ExitCode::SUCCESS
+    }
+}

@@ -1,0 +1,182 @@
+//! The plain-language report `stallwatch check` and `stallwatch status`
+//! print: per GPU the verdict, what was seen and what to do.
+
+use std::fmt::Write;
+
+use diagnosis::evidence::Evidence;
+use diagnosis::{Event, GpuStatus, Phase, Verdict};
+
+use crate::api::StatusResponse;
+
+fn pct(v: f64) -> String {
+    format!("{:.0}%", v * 100.0)
+}
+
+fn duration(seconds: f64) -> String {
+    let s = seconds.max(0.0).round() as u64;
+    match s {
+        0..=119 => format!("{s}s"),
+        120..=7199 => format!("{}m{:02}s", s / 60, s % 60),
+        _ => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
+/// What the evidence says, as short sentences.
+pub fn describe(e: &Evidence) -> Vec<String> {
+    let mut out = Vec::new();
+    if let (Some(mean), Some(window)) = (e.utilization_mean, e.window_seconds) {
+        let mut s = format!(
+            "GPU utilization averaged {} over the last {}",
+            pct(mean),
+            duration(window)
+        );
+        if let Some(idle) = e.idle_share {
+            let _ = write!(s, ", idle in {} of samples", pct(idle));
+        }
+        if let Some(busy) = e.busy_share.filter(|b| *b > 0.5) {
+            let _ = write!(s, ", busy in {} of samples", pct(busy));
+        }
+        out.push(s);
+    }
+    if let Some(cpu) = e.job_cpu_cores {
+        out.push(format!("the job used {cpu:.2} CPU cores"));
+    }
+    if let Some(t) = e.top_threads.first() {
+        out.push(format!(
+            "busiest thread: `{}` (tid {}, state {}) at {} of a core",
+            t.name,
+            t.tid,
+            t.state,
+            pct(t.cpu_ratio)
+        ));
+    }
+    if let Some(host) = e.host_cpu_ratio {
+        let cpus = e
+            .host_cpus
+            .map(|n| format!(" of {n} CPUs"))
+            .unwrap_or_default();
+        out.push(format!("host CPU busy {}{cpus}", pct(host)));
+    }
+    if let Some(d) = e.disk_sleep_share.filter(|d| *d > 0.0) {
+        out.push(format!(
+            "a job thread waited on storage (D state) in {} of samples",
+            pct(d)
+        ));
+    }
+    for (name, v) in [
+        ("CPU", e.psi_cpu_some),
+        ("I/O", e.psi_io_some),
+        ("memory", e.psi_memory_some),
+    ] {
+        if let Some(v) = v.filter(|v| *v >= 0.05) {
+            out.push(format!(
+                "{name} pressure: some tasks stalled {} of the last 10s",
+                pct(v)
+            ));
+        }
+    }
+    if let (Some(silent), Some(hang)) = (e.silent_seconds, e.hang_seconds) {
+        out.push(format!(
+            "no output for {} (hang time {})",
+            duration(silent),
+            duration(hang)
+        ));
+    }
+    if let Some(p) = e.power_watts {
+        let base = e
+            .power_baseline_watts
+            .map(|b| format!(", {b:.0} W when it was making progress"))
+            .unwrap_or_default();
+        out.push(format!("power {p:.0} W{base}"));
+    }
+    if let Some(a) = e.memory_available_ratio {
+        out.push(format!("host memory available: {}", pct(a)));
+    }
+    if let Some(u) = e.gpu_memory_used_ratio.filter(|u| *u >= 0.9) {
+        out.push(format!("GPU memory {} used", pct(u)));
+    }
+    for p in &e.processes {
+        let mem = p
+            .memory_bytes
+            .map(|m| format!(", {} MiB", m >> 20))
+            .unwrap_or_default();
+        let name = if p.comm.is_empty() { "?" } else { &p.comm };
+        out.push(format!("process {} ({name}, {}{mem})", p.pid, p.state));
+    }
+    if !e.clock_event_reasons.is_empty() {
+        out.push(format!(
+            "clock events: {}",
+            e.clock_event_reasons.join(", ")
+        ));
+    }
+    out
+}
+
+fn verdict_line(g: &GpuStatus) -> String {
+    let verdict = match g.verdict {
+        Verdict::Stalled => "STALLED",
+        Verdict::Healthy => "healthy",
+        Verdict::NoJob => "no job",
+        Verdict::WarmingUp => "warming up",
+        Verdict::Unknown => "unknown (no fresh GPU data)",
+    };
+    format!("GPU {} ({}): {verdict}", g.gpu, g.uuid)
+}
+
+/// The whole report. `events` are episodes seen during a check (for kinds
+/// that came and went before its end).
+pub fn render(status: &StatusResponse, events: &[Event]) -> String {
+    let mut out = String::new();
+    if status.nvml != "up" {
+        let _ = writeln!(out, "NVML is {}: no GPU data.", status.nvml);
+    }
+    if status.gpus.is_empty() {
+        let _ = writeln!(out, "No GPUs found.");
+    }
+    for g in &status.gpus {
+        let _ = writeln!(out, "{}", verdict_line(g));
+        for j in &g.jobs {
+            let mut line = format!("  job: {} (pid {})", j.comm, j.pid);
+            if let Some(c) = j.cpu_cores {
+                let _ = write!(line, ", {c:.2} CPU cores");
+            }
+            if j.warming_up {
+                line.push_str(", warming up");
+            }
+            let _ = writeln!(out, "{line}");
+        }
+        for a in &g.active {
+            let _ = writeln!(
+                out,
+                "  {} (since {} ago)",
+                a.kind,
+                duration(status.time - a.since)
+            );
+            for s in describe(&a.evidence) {
+                let _ = writeln!(out, "    - {s}");
+            }
+            let _ = writeln!(out, "    What to do: {}", a.hint);
+        }
+        let gone: Vec<&Event> = events
+            .iter()
+            .filter(|e| e.gpu == g.gpu && e.phase == Phase::End)
+            .collect();
+        for e in gone {
+            let _ = writeln!(
+                out,
+                "  {} came and went ({} long)",
+                e.kind,
+                duration(e.time - e.since)
+            );
+        }
+    }
+    out
+}
+
+/// True when any GPU is stalled or has an active finding.
+pub fn found_something(status: &StatusResponse) -> bool {
+    status
+        .gpus
+        .iter()
+        .any(|g| g.verdict == Verdict::Stalled || !g.active.is_empty())
+}
