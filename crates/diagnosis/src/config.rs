@@ -437,55 +437,65 @@ impl DiagnosisConfig {
     /// (for `stallwatch check`). Warm-up and hang times are left as they
     /// are: a job's age and its silence are known from its first sample.
     pub fn fitted_to(&self, seconds: f64) -> DiagnosisConfig {
-        let longest = Kind::ALL
-            .iter()
-            .map(|k| self.timing(*k))
-            .filter(|t| t.enabled)
-            .map(|t| (t.window + t.enter_for) / self.time_scale)
-            .fold(self.leftover_process.idle_for.as_secs_f64(), f64::max);
-        let factor = (seconds * 0.8 / longest).min(1.0);
-        let f = |d: &mut Duration| *d = d.mul_f64(factor);
+        let budget = seconds * 0.8;
         let mut c = self.clone();
         c.time_scale = 1.0;
         c.warmup = self.warmup.mul_f64(self.time_scale);
         c.hang_min = self.hang_min.mul_f64(self.time_scale);
         c.hang_max = self.hang_max.mul_f64(self.time_scale);
-        for d in [
+        // Each kind's window, enter and exit times shrink together, just
+        // enough for window + enter time to fit the budget.
+        let fit = |window: &mut Duration, enter: &mut Duration, exit: &mut Duration| {
+            let scale = self.time_scale;
+            let need = (window.as_secs_f64() + enter.as_secs_f64()) * scale;
+            let factor = scale * if need > budget { budget / need } else { 1.0 };
+            for d in [window, enter, exit] {
+                *d = d.mul_f64(factor);
+            }
+        };
+        let mut none = Duration::ZERO;
+        fit(
             &mut c.input_starved.window,
             &mut c.input_starved.enter_for,
             &mut c.input_starved.exit_for,
+        );
+        fit(
             &mut c.input_bound.window,
             &mut c.input_bound.enter_for,
             &mut c.input_bound.exit_for,
-            &mut c.single_thread_bound.window,
-            &mut c.single_thread_bound.enter_for,
-            &mut c.single_thread_bound.exit_for,
+        );
+        let s = &mut c.single_thread_bound;
+        fit(&mut s.window, &mut s.enter_for, &mut s.exit_for);
+        fit(
             &mut c.cpu_saturated.window,
             &mut c.cpu_saturated.enter_for,
             &mut c.cpu_saturated.exit_for,
+        );
+        fit(
             &mut c.io_bound.window,
             &mut c.io_bound.enter_for,
             &mut c.io_bound.exit_for,
-            &mut c.busy_no_progress.window,
-            &mut c.busy_no_progress.enter_for,
-            &mut c.busy_no_progress.exit_for,
-            &mut c.idle_no_progress.window,
-            &mut c.idle_no_progress.enter_for,
-            &mut c.idle_no_progress.exit_for,
-            &mut c.host_memory_pressure.enter_for,
-            &mut c.host_memory_pressure.exit_for,
-            &mut c.gpu_memory_full.enter_for,
-            &mut c.gpu_memory_full.exit_for,
+        );
+        let b = &mut c.busy_no_progress;
+        fit(&mut b.window, &mut b.enter_for, &mut b.exit_for);
+        let i = &mut c.idle_no_progress;
+        fit(&mut i.window, &mut i.enter_for, &mut i.exit_for);
+        let h = &mut c.host_memory_pressure;
+        fit(&mut none, &mut h.enter_for, &mut h.exit_for);
+        let g = &mut c.gpu_memory_full;
+        fit(&mut none, &mut g.enter_for, &mut g.exit_for);
+        fit(
+            &mut none,
             &mut c.shared_gpu.enter_for,
             &mut c.shared_gpu.exit_for,
-            &mut c.leftover_process.idle_for,
-            &mut c.leftover_process.exit_for,
+        );
+        let l = &mut c.leftover_process;
+        fit(&mut none, &mut l.idle_for, &mut l.exit_for);
+        fit(
             &mut c.throttled.window,
             &mut c.throttled.enter_for,
             &mut c.throttled.exit_for,
-        ] {
-            f(d);
-        }
+        );
         c
     }
 }
