@@ -1,0 +1,111 @@
+"""The orchestrator side of the GPU link: turns the slots' busy seconds into what
+NVML would report, one dict per GPU in the stand-in library's scenario format.
+
+Utilization of a process = its busy seconds over the last `window_s` (1 s, like
+NVML's sample period) divided by the window, clamped to 0-1; a GPU's is the sum
+of its processes', clamped. Power = idle + (busy - idle) x utilization, except
+that a kernel spinning in low-power mode (a hung collective) draws only a tenth
+of the busy increment. Memory used = a small base + what the processes hold.
+Processes that are gone from /proc (or whose pid was reused) hold nothing, as
+the driver frees a context when its process dies.
+"""
+
+import collections
+from dataclasses import dataclass
+
+from gpu_link import process_start_ticks
+
+GIB = 1 << 30
+MIB = 1 << 20
+
+
+@dataclass
+class GpuSpec:
+    """Static fields of one simulated GPU."""
+    name: str = "NVIDIA H100 80GB HBM3"
+    memory_total_bytes: int = 80 * GIB
+    base_memory_bytes: int = 4 * MIB
+    idle_power_w: float = 70.0
+    busy_power_w: float = 520.0
+    power_limit_w: float = 700.0
+    low_power_share: float = 0.1
+
+
+class GpuMeter:
+    def __init__(self, link, gpus, window_s=1.0):
+        self.link = link
+        self.gpus = list(gpus)
+        self.window_s = window_s
+        self._history = {}
+
+    def _utilization(self, key, now, busy_seconds):
+        history = self._history.setdefault(key, collections.deque())
+        history.append((now, busy_seconds))
+        start = now - self.window_s
+        while len(history) > 2 and history[1][0] <= start:
+            history.popleft()
+        t0, b0 = history[0]
+        if t0 <= start and len(history) > 1:
+            t1, b1 = history[1]
+            if t1 > t0:
+                b0 += (b1 - b0) * (start - t0) / (t1 - t0)
+            t0 = start
+        span = now - t0
+        if span < 0.05:
+            return 0.0
+        return min(1.0, max(0.0, (busy_seconds - b0) / span))
+
+    def frame(self):
+        """Per-GPU state now: a list of dicts with `nvml` (the scenario GPU object)
+        and `utilization` (0-1 float) and `processes` (pid -> details)."""
+        slots = [s for s in self.link.slots() if process_start_ticks(s["pid"]) == s["start_ticks"]]
+        seen = set()
+        per_gpu = [[] for _ in self.gpus]
+        for s in slots:
+            key = (s["slot"], s["pid"], s["start_ticks"])
+            seen.add(key)
+            util = self._utilization(key, s["at"], s["busy_seconds"])
+            if 0 <= s["gpu"] < len(self.gpus):
+                per_gpu[s["gpu"]].append((s, util))
+        for key in list(self._history):
+            if key not in seen:
+                del self._history[key]
+        return [self._gpu_frame(spec, procs) for spec, procs in zip(self.gpus, per_gpu)]
+
+    def _gpu_frame(self, spec, procs):
+        util = min(1.0, sum(u for _, u in procs))
+        drive = min(1.0, sum(u * (spec.low_power_share if s["low_power"] else 1.0) for s, u in procs))
+        mem_util = min(1.0, sum(u * (0.02 if s["low_power"] else 0.4) for s, u in procs))
+        used = spec.base_memory_bytes + sum(s["memory_bytes"] for s, _ in procs)
+        power_w = spec.idle_power_w + (spec.busy_power_w - spec.idle_power_w) * drive
+        idle = util < 0.05
+        nvml = {
+            "name": spec.name,
+            "utilization_gpu": round(util * 100),
+            "utilization_memory": round(mem_util * 100),
+            "memory_total_bytes": spec.memory_total_bytes,
+            "memory_used_bytes": min(used, spec.memory_total_bytes),
+            "temperature_c": round(35 + 40 * drive),
+            "power_mw": round(power_w * 1000),
+            "power_limit_mw": round(spec.power_limit_w * 1000),
+            "sm_clock_mhz": 345 if idle else 1980,
+            "clock_event_reasons": 1 if idle else 0,
+            "pcie_rx_kbps": round(util * 2_000_000),
+            "processes": [
+                {
+                    "pid": s["pid"],
+                    "type": "compute",
+                    "used_memory_bytes": s["memory_bytes"],
+                    "sm_util": round(u * s["sm_share"] * 100),
+                    "mem_util": round(u * (0.02 if s["low_power"] else 0.4) * 100),
+                }
+                for s, u in sorted(procs, key=lambda p: p[0]["pid"])
+            ],
+        }
+        return {
+            "nvml": nvml,
+            "utilization": util,
+            "power_w": power_w,
+            "processes": {s["pid"]: {"memory_bytes": s["memory_bytes"], "utilization": u,
+                                     "low_power": s["low_power"]} for s, u in procs},
+        }

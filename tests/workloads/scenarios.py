@@ -1,0 +1,197 @@
+"""The labelled scenario table, and a command line for humans:
+
+    python3 tests/workloads/scenarios.py list
+    python3 tests/workloads/scenarios.py run input_starved --time-scale 0.1 \\
+        --scenario-file /tmp/nvml.json --duration-s 60
+
+Times in the table are unscaled seconds; a run multiplies them by its time
+scale (so do the daemon's windows, with `[diagnosis] time_scale`). Stalls start
+at 150 s, after the daemon's 120 s warm-up. Durations leave room for the
+default windows: 60-120 s for the input kinds, hang time >= 600 s for the
+no-progress kinds, 600 s of idleness for a leftover process.
+"""
+
+import argparse
+import os
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import cgroups  # noqa: E402
+from gpu_meter import GpuSpec  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Label:
+    """An expected episode: `kind` fires on `gpu` from `onset_s` until `end_s` (None: the end)."""
+    kind: str
+    onset_s: float
+    end_s: float = None
+    gpu: int = 0
+
+    def scaled(self, ts):
+        return Label(self.kind, self.onset_s * ts, None if self.end_s is None else self.end_s * ts, self.gpu)
+
+
+@dataclass
+class JobSpec:
+    name: str
+    args: list                    # train.py flags; "{data_file}" and "{workdir}" are filled in
+    start_s: float = 0.0
+    cpus: str = None              # taskset CPU list for the whole job
+    memory_limit_mib: int = None  # memory cgroup limit
+    read_mib_per_s: float = None  # blkio limit on the work dir's disk
+    write_mib_per_s: float = None
+    data_file_mib: int = 0        # make {data_file} of this size first
+
+
+@dataclass
+class Scenario:
+    name: str
+    description: str
+    jobs: list
+    labels: list
+    duration_s: float
+    gpus: list = field(default_factory=lambda: [GpuSpec()])
+    warmup_s: float = 120.0       # the daemon's grace period this scenario assumes
+
+
+ONSET = 150
+# A healthy pipeline: 4 map threads feed batches faster than the 30 ms step.
+HEALTHY = ["--gpu-memory-gib", "60", "--step-kernel", "0.03", "--batch-size", "32",
+           "--workers", "4", "--python-work-ms", "0.3", "--sleep-ms", "2",
+           "--prefetch", "4", "--log-every-s", "5", "--startup-s", "5"]
+STALL = ["--onset-s", str(ONSET)]
+
+
+def then(**knobs):
+    return [x for k, v in knobs.items() for x in ("--then", f"{k}={v}")]
+
+
+SCENARIOS = {s.name: s for s in [
+    Scenario("healthy_steady", "a well-fed job: GPU ~95% busy, steady logging",
+             [JobSpec("train", HEALTHY)], [], 600),
+    Scenario("healthy_bursty", "healthy with evaluation (20 s every 90 s, short kernels) and "
+             "checkpoints (10 s every 150 s, GPU idle, a real file written): the hard negative",
+             [JobSpec("train", HEALTHY + ["--eval-every-s", "90", "--eval-s", "20",
+                                          "--checkpoint-every-s", "150", "--checkpoint-s", "10"])],
+             [], 600),
+    Scenario("no_job", "GPU idle and nothing holds it", [], [], 300),
+    Scenario("warm_up", "a job starved from its first step, watched for less than the warm-up",
+             [JobSpec("train", HEALTHY + then(workers=1, sleep_ms=60, python_work_ms=8)
+                      + ["--onset-s", "0"])], [], 100),
+    Scenario("input_starved", "one map worker with 60 ms waits per sample: ~2 s per batch, GPU ~2%",
+             [JobSpec("train", HEALTHY + STALL + then(workers=1, sleep_ms=60, python_work_ms=8))],
+             [Label("input_starved", ONSET)], 360),
+    Scenario("input_bound", "shards of 24 batches that take 2.5 s to open: GPU swings 0-75%, mean ~25%",
+             [JobSpec("train", HEALTHY + STALL + then(shard_samples=768, shard_open_ms=2500))],
+             [Label("input_bound", ONSET)], 450),
+    Scenario("single_thread_bound", "map after batch: thread py_map runs 60 ms of Python per "
+             "sample for the whole batch, pinned at one core; GPU ~2%",
+             [JobSpec("train", HEALTHY + STALL + then(map_after_batch=1, python_work_ms=60, sleep_ms=0))],
+             [Label("input_starved", ONSET), Label("single_thread_bound", ONSET)], 360),
+    Scenario("cpu_saturated", "3 worker processes doing 40 ms of CPU per sample, the job "
+             "confined to CPU 0 (taskset): they queue for the core",
+             [JobSpec("train", HEALTHY + ["--worker-kind", "process", "--workers", "3"] + STALL
+                      + then(python_work_ms=40, sleep_ms=0), cpus="0")],
+             [Label("input_starved", ONSET), Label("cpu_saturated", ONSET)], 360),
+    Scenario("io_bound", "4 map threads reading 512 KiB per sample with O_DIRECT from a disk "
+             "throttled to 8 MiB/s (blkio cgroup): threads in D state, GPU ~2%",
+             [JobSpec("train", HEALTHY + ["--data-file", "{data_file}"] + STALL
+                      + then(read_bytes=524288, sleep_ms=0), read_mib_per_s=8, data_file_mib=64)],
+             [Label("input_starved", ONSET), Label("io_bound", ONSET)], 360),
+    Scenario("busy_hung", "healthy, then a kernel that never ends: 100% util at low power, no output",
+             [JobSpec("train", HEALTHY + ["--spin-after-s", str(ONSET)])],
+             [Label("busy_no_progress", ONSET)], 900),
+    Scenario("idle_hung", "healthy, then the main loop deadlocks: GPU idle, CPU ~0, no output",
+             [JobSpec("train", HEALTHY + ["--deadlock-after-s", str(ONSET)])],
+             [Label("idle_no_progress", ONSET)], 900),
+    Scenario("host_memory_pressure", "from 150 s an in-RAM cache grows 20 MiB/s to 440 MiB in a "
+             "512 MiB memory cgroup, then spills to disk: reclaim stalls (PSI memory)",
+             [JobSpec("train", HEALTHY + ["--cache-limit-mib", "440", "--spill-file", "{workdir}/spill.bin",
+                                          "--spill-mib", "128"] + STALL
+                      + then(cache_grow_mib_per_s=20, spill_mib_per_s=2000),
+                      memory_limit_mib=512, write_mib_per_s=20)],
+             [Label("host_memory_pressure", ONSET + 22)], 300),
+    Scenario("shared_gpu", "a second, separate job (8 GiB, light kernels) joins GPU 0 at 150 s",
+             [JobSpec("train", HEALTHY),
+              JobSpec("notebook", ["--gpu-memory-gib", "8", "--step-kernel", "0.01", "--batch-size", "8",
+                                   "--workers", "1", "--sleep-ms", "30", "--log-every-s", "30",
+                                   "--startup-s", "2"], start_s=ONSET)],
+             [Label("shared_gpu", ONSET)], 300, gpus=[GpuSpec(), GpuSpec()]),
+    Scenario("leftover_process", "a job's child holds 1 GiB without computing; the job ends at "
+             "150 s and the child, orphaned, keeps the memory",
+             [JobSpec("train", HEALTHY + ["--leave-child-holding", "--exit-after-s", str(ONSET)])],
+             [Label("leftover_process", ONSET)], 900),
+]}
+
+
+def unavailable_reason(scenario, workdir):
+    """None if `scenario` can run here with `workdir`, else why not."""
+    for job in scenario.jobs:
+        if job.memory_limit_mib and (reason := cgroups.available("memory")):
+            return reason
+        if job.read_mib_per_s or job.write_mib_per_s:
+            if reason := cgroups.available("blkio", str(workdir)):
+                return reason
+        if job.cpus and os.cpu_count() < 2:
+            return "taskset needs at least 2 CPUs to leave one free"
+    return None
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description="Labelled stall scenarios for stallwatch.")
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("list")
+    r = sub.add_parser("run")
+    r.add_argument("name", choices=sorted(SCENARIOS))
+    r.add_argument("--time-scale", type=float, default=1.0)
+    r.add_argument("--scenario-file", required=True, help="the stand-in NVML scenario file to write")
+    r.add_argument("--duration-s", type=float, help="wall seconds (default: the scaled duration)")
+    r.add_argument("--workdir", help="default: a temporary folder, removed afterwards")
+    a = p.parse_args(argv)
+    if a.command == "list":
+        for s in SCENARIOS.values():
+            labels = ", ".join(f"{l.kind}@{l.onset_s:g}s" for l in s.labels) or "(nothing fires)"
+            reason = unavailable_reason(s, tempfile.gettempdir())
+            print(f"{s.name:22} {s.duration_s:5g}s  {labels}")
+            print(f"{'':22} {s.description}" + (f"\n{'':22} UNAVAILABLE: {reason}" if reason else ""))
+        return 0
+    return run_cli(a)
+
+
+def run_cli(a):
+    import time
+    from orchestrator import ScenarioUnavailable, run_scenario
+    with tempfile.TemporaryDirectory(prefix="stallwatch-scenario-") as tmp:
+        workdir = Path(a.workdir or tmp)
+        try:
+            run = run_scenario(a.name, workdir, Path(a.scenario_file).resolve(), a.time_scale)
+        except ScenarioUnavailable as e:
+            print(f"unavailable: {e}", file=sys.stderr)
+            return 2
+        try:
+            duration = a.duration_s if a.duration_s is not None else run.duration_s
+            print(f"scenario {a.name}: labels {run.labels}; jobs "
+                  + ", ".join(f"{n}={j.pid}" for n, j in run.jobs.items()), flush=True)
+            while run.elapsed() < duration:
+                run.sleep_until(int(run.elapsed()) + 1)
+                gpus = run.latest["gpus"]
+                print(f"t={run.elapsed():6.1f}s " + "  ".join(
+                    f"gpu{i} util {g['utilization_gpu']:3d}% {g['power_mw'] / 1000:4.0f} W "
+                    f"{g['memory_used_bytes'] >> 30:2d} GiB pids {[p['pid'] for p in g['processes']]}"
+                    for i, g in enumerate(gpus)), flush=True)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            run.stop()
+        for e in run.errors:
+            print(f"error: {e}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
