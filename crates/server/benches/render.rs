@@ -1,6 +1,9 @@
-//! Times rendering `/metrics` and deriving a snapshot, in memory, at the size
-//! the performance targets name: 8 GPUs with 9 processes on each, 8 jobs of
-//! 9 processes (20 threads in the GPU-holding one, 1 in each child).
+//! Times, in memory, what the daemon does with a sample besides reading it
+//! and what a scrape costs, at the size the performance targets name: 8 GPUs
+//! with 9 processes on each, 8 jobs of 9 processes (20 threads in the
+//! GPU-holding one, 1 in each child). Steps timed: rendering `/metrics`
+//! (both formats), `collector::delta::derive`, the diagnosis frame, and the
+//! diagnosis engine's `observe` + `status`.
 //!
 //! Plain `Instant` timing (no criterion): a warm-up, then every iteration is
 //! timed on its own; mean, p50, p99 and max are printed in microseconds.
@@ -19,13 +22,18 @@ use collector::sample::{
     ThreadSample,
 };
 use collector::snapshot::Snapshot;
-use stallwatch::metrics::{Format, render};
+use diagnosis::{DiagnosisConfig, Engine, GpuStatus};
+use stallwatch::frame;
+use stallwatch::metrics::{Format, Scrape, render};
 
 const GPUS: u32 = 8;
 const CHILDREN_PER_JOB: u32 = 8;
 const LEADER_THREADS: u32 = 20;
 const MAX_PROCESSES: usize = 16;
 const CORES: usize = 2;
+/// Seconds of samples fed to the diagnosis before timing: more than its
+/// longest window (300 s by default), so its history is full.
+const HISTORY_SECONDS: f64 = 330.0;
 
 /// Pid of job `job`'s leader (`child` 0) or of its `child`-th child (1-8).
 fn pid(job: u32, child: u32) -> u32 {
@@ -70,10 +78,9 @@ fn process(
     }
 }
 
-/// One job at tick `t` (0 or 1): CPU counters and I/O grow between ticks.
-fn job(j: u32, t: u32) -> JobSample {
+/// One job `tf` seconds into the run: CPU counters and I/O grow with time.
+fn job(j: u32, tf: f64) -> JobSample {
     let leader_pid = pid(j, 0);
-    let tf = f64::from(t);
     let mut leader_threads = vec![thread(leader_pid, "python3".into(), 'R', 100.0 + tf * 0.9)];
     leader_threads.extend((1..LEADER_THREADS).map(|i| {
         let name = match i {
@@ -88,7 +95,7 @@ fn job(j: u32, t: u32) -> JobSample {
             10.0 + f64::from(i) + tf * 0.01 * f64::from(i),
         )
     }));
-    let leader = process(leader_pid, 1, "python3", leader_threads, u64::from(t + 1));
+    let leader = process(leader_pid, 1, "python3", leader_threads, tf as u64 + 1);
     let descendants = (1..=CHILDREN_PER_JOB)
         .map(|c| {
             let p = pid(j, c);
@@ -97,7 +104,7 @@ fn job(j: u32, t: u32) -> JobSample {
                 leader_pid,
                 "pt_data_worker",
                 vec![thread(p, "pt_data_worker".into(), 'S', 5.0 + tf * 0.2)],
-                u64::from(t + 1),
+                tf as u64 + 1,
             )
         })
         .collect();
@@ -111,13 +118,13 @@ fn job(j: u32, t: u32) -> JobSample {
             pod_uid: Some(format!("1b4e28ba-2fa1-11d2-883f-0016d3cca42{j}")),
             slurm_job_id: None,
         },
-        stdout_bytes: Some(10_000 + u64::from(t) * 100),
+        stdout_bytes: Some(10_000 + tf as u64 * 100),
         stderr_bytes: Some(500),
         output_modified_seconds: Some(1_700_000_000.0 + tf),
     }
 }
 
-fn gpu(index: u32, t: u32) -> GpuSample {
+fn gpu(index: u32, tf: f64) -> GpuSample {
     GpuSample {
         index,
         uuid: format!("GPU-00000000-0000-0000-0000-00000000000{index}"),
@@ -131,7 +138,7 @@ fn gpu(index: u32, t: u32) -> GpuSample {
         temperature_celsius: Some(50.0),
         power_watts: Some(200.0),
         power_limit_watts: Some(700.0),
-        energy_joules: Some(1_000.0 + f64::from(t) * 200.0),
+        energy_joules: Some(1_000.0 + tf * 200.0),
         sm_clock_hertz: Some(1.98e9),
         memory_clock_hertz: Some(2.619e9),
         clock_event_reasons: Some(0x1 | 0x4),
@@ -150,8 +157,8 @@ fn gpu(index: u32, t: u32) -> GpuSample {
     }
 }
 
-fn sample(t: u32) -> Sample {
-    let tf = f64::from(t);
+/// The whole sample `tf` seconds into the run.
+fn sample(tf: f64) -> Sample {
     let cpu = |busy: f64| CpuTimes {
         busy_seconds: busy + tf * 0.5,
         total_seconds: 2.0 * busy + tf,
@@ -164,9 +171,9 @@ fn sample(t: u32) -> Sample {
             stale: false,
             read_at_seconds: 1_700_000_000.0 + tf,
             driver_version: Some("550.54.15".into()),
-            gpus: (0..GPUS).map(|g| gpu(g, t)).collect(),
+            gpus: (0..GPUS).map(|g| gpu(g, tf)).collect(),
         },
-        jobs: (0..GPUS).map(|j| job(j, t)).collect(),
+        jobs: (0..GPUS).map(|j| job(j, tf)).collect(),
         host: HostSample {
             cpu: Some(cpu(1000.0)),
             cores: (0..CORES).map(|c| cpu(500.0 + c as f64)).collect(),
@@ -188,6 +195,37 @@ fn sample(t: u32) -> Sample {
         },
         errors: ErrorCounts::default(),
     }
+}
+
+/// Feeds samples `interval` seconds apart through the steps the sampling
+/// thread takes (derive, frame, diagnosis) until the diagnosis history is
+/// full; returns the last sample, its snapshot and the engine.
+fn history(interval: f64) -> (Sample, Snapshot, Engine) {
+    let mut engine = Engine::new(DiagnosisConfig::default());
+    let mut prev: Option<(Sample, Snapshot)> = None;
+    let steps = (HISTORY_SECONDS / interval) as u32;
+    for i in 0..steps {
+        let cur = sample(f64::from(i) * interval);
+        let snap = derive(prev.as_ref().map(|(s, n)| (s, n)), &cur);
+        engine.observe(&frame::from_snapshot(&snap));
+        prev = Some((cur, snap));
+    }
+    let (s, n) = prev.expect("a history");
+    (s, n, engine)
+}
+
+/// Times the engine taking the next frames, `interval` seconds apart: the
+/// last frame again, one interval later each time (the engine's state moves
+/// on with every frame, so each iteration is a new sample to it).
+fn time_diagnosis(warmup: usize, iterations: usize, interval: f64, label: &str) {
+    let (_, snap, mut engine) = history(interval);
+    let mut next = frame::from_snapshot(&snap);
+    let stats = measure(warmup, iterations, || {
+        next.t += interval;
+        let events = engine.observe(black_box(&next));
+        black_box((events, engine.status()));
+    });
+    report(label, &stats);
 }
 
 struct Stats {
@@ -234,10 +272,19 @@ fn main() {
         .unwrap_or(5000);
     let warmup = (iterations / 10).max(100);
 
-    let s0 = sample(0);
-    let s1 = sample(1);
-    let snap0 = derive(None, &s0);
+    // A history of samples one second apart (the default interval), as the
+    // daemon would have taken them.
+    let (s0, snap0, mut engine) = history(1.0);
+    let s1 = sample(s0.timestamp_seconds - 1_700_000_000.0 + 1.0);
     let snap1: Arc<Snapshot> = Arc::new(derive(Some((&s0, &snap0)), &s1));
+    let frame1 = frame::from_snapshot(&snap1);
+    engine.observe(&frame1);
+    let diagnosis: Arc<Vec<GpuStatus>> = Arc::new(engine.status());
+    let scrape = || Scrape {
+        snapshot: snap1.clone(),
+        diagnosis: diagnosis.clone(),
+        max_processes: MAX_PROCESSES,
+    };
 
     let processes: u32 = snap1.jobs.iter().map(|j| j.processes).sum();
     let threads: u32 = snap1.jobs.iter().map(|j| j.threads.total()).sum();
@@ -247,9 +294,10 @@ fn main() {
     assert!(snap1.jobs.iter().all(|j| j.processes == 9));
     assert!(snap1.jobs.iter().all(|j| j.top_threads.len() == 3));
     assert!(snap1.gpus.iter().all(|g| g.processes.len() == 9));
+    assert_eq!(diagnosis.len(), 8);
 
-    let open_metrics = render(snap1.clone(), MAX_PROCESSES, Format::OpenMetrics);
-    let prometheus_text = render(snap1.clone(), MAX_PROCESSES, Format::PrometheusText);
+    let open_metrics = render(scrape(), Format::OpenMetrics);
+    let prometheus_text = render(scrape(), Format::PrometheusText);
     let series = open_metrics
         .lines()
         .filter(|l| !l.starts_with('#') && !l.is_empty())
@@ -257,7 +305,8 @@ fn main() {
 
     println!(
         "shape: {} GPUs, {gpu_processes} GPU processes, {} jobs, {processes} job processes, \
-         {threads} job threads; {iterations} timed iterations after {warmup} warm-up",
+         {threads} job threads; {HISTORY_SECONDS} s of history; \
+         {iterations} timed iterations after {warmup} warm-up",
         snap1.gpus.len(),
         snap1.jobs.len(),
     );
@@ -268,22 +317,12 @@ fn main() {
     );
 
     let stats = measure(warmup, iterations, || {
-        let out = render(
-            black_box(snap1.clone()),
-            black_box(MAX_PROCESSES),
-            Format::OpenMetrics,
-        );
-        black_box(out);
+        black_box(render(black_box(scrape()), Format::OpenMetrics));
     });
     report("render (OpenMetrics)", &stats);
 
     let stats = measure(warmup, iterations, || {
-        let out = render(
-            black_box(snap1.clone()),
-            black_box(MAX_PROCESSES),
-            Format::PrometheusText,
-        );
-        black_box(out);
+        black_box(render(black_box(scrape()), Format::PrometheusText));
     });
     report("render (Prometheus text)", &stats);
 
@@ -291,10 +330,13 @@ fn main() {
         let snap = derive(Some((black_box(&s0), black_box(&snap0))), black_box(&s1));
         black_box(snap);
     });
-    report("delta::derive (2nd sample)", &stats);
+    report("delta::derive", &stats);
 
     let stats = measure(warmup, iterations, || {
-        black_box(derive(None, black_box(&s0)));
+        black_box(frame::from_snapshot(black_box(&snap1)));
     });
-    report("delta::derive (first sample)", &stats);
+    report("frame::from_snapshot", &stats);
+
+    time_diagnosis(warmup, iterations, 1.0, "diagnosis observe+status (1s)");
+    time_diagnosis(warmup, iterations, 0.1, "diagnosis observe+status (100ms)");
 }
