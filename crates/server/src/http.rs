@@ -8,6 +8,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::get;
+use tower_http::CompressionLevel;
 use tower_http::compression::CompressionLayer;
 
 use crate::sampler::{LatestRx, SharedEngine};
@@ -28,7 +29,8 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/status", get(api::status))
         .route("/api/v1/events", get(api::events))
         .fallback(not_found)
-        .layer(CompressionLayer::new())
+        // Fastest gzip: a quarter of the default level's CPU, a slightly larger body.
+        .layer(CompressionLayer::new().quality(CompressionLevel::Fastest))
         .with_state(state)
 }
 

@@ -3,11 +3,11 @@
 //! processes and threads only, never with the rest of the host.
 
 use std::collections::{HashSet, VecDeque};
-use std::io::Read;
+use std::path::Path;
 
-use procfs::ProcResult;
-use procfs::process::Process;
+use procfs::process::{Io, Stat};
 
+use super::read::Buffer;
 use super::{ProcReader, cgroup, job_value, output, vanished};
 use crate::sample::{
     Attribution, ErrorCounts, IoCounters, JobSample, ProcessId, ProcessSample, ThreadSample,
@@ -20,10 +20,11 @@ pub(super) fn read_jobs(
 ) -> Vec<JobSample> {
     let holder_pids: HashSet<u32> = holders.iter().map(|(pid, _)| *pid).collect();
     let mut read = HashSet::new();
+    let mut buf = Buffer::default();
     holders
         .iter()
         .filter(|(pid, _)| read.insert(*pid))
-        .filter_map(|(pid, gpus)| read_job(reader, *pid, gpus, &holder_pids, errors))
+        .filter_map(|(pid, gpus)| read_job(reader, *pid, gpus, &holder_pids, errors, &mut buf))
         .collect()
 }
 
@@ -33,14 +34,15 @@ fn read_job(
     gpus: &[u32],
     holders: &HashSet<u32>,
     errors: &mut ErrorCounts,
+    buf: &mut Buffer,
 ) -> Option<JobSample> {
-    let process = open(reader, pid, errors)?;
-    let (leader, children) = read_process(reader, &process, None, errors)?;
-    let attribution = unless_exited(&process, errors, |e| read_attribution(&process, e));
-    let output = unless_exited(&process, errors, |e| {
+    let dir = reader.root().join(pid.to_string());
+    let (leader, children) = read_process(reader, &dir, None, errors, buf)?;
+    let attribution = unless_exited(&dir, errors, buf, |e, buf| read_attribution(&dir, e, buf));
+    let output = unless_exited(&dir, errors, buf, |e, _| {
         output::read_output(reader.root(), pid, e)
     });
-    let descendants = read_descendants(reader, pid, children, holders, errors);
+    let descendants = read_descendants(reader, pid, children, holders, errors, buf);
     Some(JobSample {
         gpus: gpus.to_vec(),
         leader,
@@ -61,6 +63,7 @@ fn read_descendants(
     children: Vec<u32>,
     holders: &HashSet<u32>,
     errors: &mut ErrorCounts,
+    buf: &mut Buffer,
 ) -> Vec<ProcessSample> {
     let mut seen = HashSet::from([leader]);
     let mut queue: VecDeque<(u32, u32)> = children.into_iter().map(|c| (c, leader)).collect();
@@ -69,10 +72,8 @@ fn read_descendants(
         if holders.contains(&pid) || !seen.insert(pid) {
             continue;
         }
-        let Some(process) = open(reader, pid, errors) else {
-            continue;
-        };
-        let Some((sample, children)) = read_process(reader, &process, Some(parent), errors) else {
+        let dir = reader.root().join(pid.to_string());
+        let Some((sample, children)) = read_process(reader, &dir, Some(parent), errors, buf) else {
             continue;
         };
         queue.extend(children.into_iter().map(|c| (c, pid)));
@@ -81,27 +82,43 @@ fn read_descendants(
     descendants
 }
 
-fn open(reader: &ProcReader, pid: u32, errors: &mut ErrorCounts) -> Option<Process> {
-    let dir = reader.root().join(pid.to_string());
-    job_value(Process::new_with_root(dir), "process directory", errors)
-}
-
-/// One process with its threads, and the pids of its children (from every
-/// thread). `None` when it is gone, when its `stat` cannot be read, or when
-/// its parent is not `expected_parent` (the pid was reused outside the job).
+/// One process (its `/proc/<pid>` directory `dir`) with its threads, and the
+/// pids of its children (from every thread). `None` when it is gone, when
+/// its `stat` cannot be read, or when its parent is not `expected_parent`
+/// (the pid was reused outside the job).
 fn read_process(
     reader: &ProcReader,
-    process: &Process,
+    dir: &Path,
     expected_parent: Option<u32>,
     errors: &mut ErrorCounts,
+    buf: &mut Buffer,
 ) -> Option<(ProcessSample, Vec<u32>)> {
-    let stat = job_value(process.stat(), "stat", errors)?;
+    let stat: Stat = job_value(buf.parse(&dir.join("stat")), "stat", errors)?;
     let ppid = u32::try_from(stat.ppid).unwrap_or(0);
     if expected_parent.is_some_and(|parent| parent != ppid) {
         return None;
     }
-    let (threads, children) = read_threads(reader, process, errors);
-    let io = unless_exited(process, errors, |e| job_value(process.io(), "io", e));
+    let pid = u32::try_from(stat.pid).unwrap_or(0);
+    let (threads, children) = if stat.num_threads == 1 {
+        // One thread: it is the process; no need to list the task directory.
+        let thread = ThreadSample {
+            tid: pid,
+            name: stat.comm.clone(),
+            state: stat.state,
+            cpu_seconds: reader.ticks_to_seconds(stat.utime.saturating_add(stat.stime)),
+        };
+        let children = job_value(
+            buf.pids(&dir.join(format!("task/{pid}/children"))),
+            "thread children",
+            errors,
+        );
+        (vec![thread], children.unwrap_or_default())
+    } else {
+        read_threads(reader, dir, errors, buf)
+    };
+    let io = unless_exited(dir, errors, buf, |e, buf| {
+        job_value(buf.parse::<Io>(&dir.join("io")), "io", e)
+    });
     let io = io.map(|io| IoCounters {
         rchar: io.rchar,
         wchar: io.wchar,
@@ -110,7 +127,7 @@ fn read_process(
     });
     let sample = ProcessSample {
         id: ProcessId {
-            pid: u32::try_from(process.pid).unwrap_or(0),
+            pid,
             start_ticks: stat.starttime,
         },
         ppid,
@@ -128,25 +145,32 @@ fn read_process(
 
 /// Every thread's `stat`, in tid order, and the children listed by every
 /// thread (a child belongs to the thread that forked it), in tid order too.
-/// One task directory is open at a time: jobs can have thousands of threads.
 fn read_threads(
     reader: &ProcReader,
-    process: &Process,
+    dir: &Path,
     errors: &mut ErrorCounts,
+    buf: &mut Buffer,
 ) -> (Vec<ThreadSample>, Vec<u32>) {
-    let mut threads = Vec::new();
-    let mut children_by_thread = Vec::new();
-    let Some(tasks) = job_value(process.tasks(), "task directory", errors) else {
-        return (threads, Vec::new());
+    let task_dir = dir.join("task");
+    let listing = match std::fs::read_dir(&task_dir) {
+        Ok(listing) => listing,
+        Err(e) => {
+            job_value::<()>(Err(procfs::ProcError::from(e)), "task directory", errors);
+            return (Vec::new(), Vec::new());
+        }
     };
-    for task in tasks {
-        // The iterator already skips threads that exit while it runs; an
-        // error here is a failed directory read, which would repeat.
-        let Some(task) = job_value(task, "task directory", errors) else {
-            break;
-        };
-        let tid = u32::try_from(task.tid).unwrap_or(0);
-        if let Some(stat) = job_value(task.stat(), "thread stat", errors) {
+    let mut tids: Vec<u32> = listing
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    tids.sort_unstable();
+    let mut threads = Vec::with_capacity(tids.len());
+    let mut children = Vec::new();
+    let mut path = task_dir;
+    for tid in tids {
+        path.push(tid.to_string());
+        path.push("stat");
+        // A thread that exits between the listing and the read is skipped.
+        if let Some(stat) = job_value::<Stat>(buf.parse(&path), "thread stat", errors) {
             threads.push(ThreadSample {
                 tid,
                 name: stat.comm,
@@ -154,51 +178,47 @@ fn read_threads(
                 cpu_seconds: reader.ticks_to_seconds(stat.utime.saturating_add(stat.stime)),
             });
         }
-        if let Some(pids) = job_value(task.children(), "thread children", errors) {
-            children_by_thread.push((tid, pids));
+        path.set_file_name("children");
+        if let Some(pids) = job_value(buf.pids(&path), "thread children", errors) {
+            children.extend(pids);
         }
+        path.pop();
+        path.pop();
     }
-    // procfs lists tasks in tid order; other trees may not.
-    threads.sort_by_key(|t| t.tid);
-    children_by_thread.sort_by_key(|(tid, _)| *tid);
-    let children = children_by_thread
-        .into_iter()
-        .flat_map(|(_, pids)| pids)
-        .collect();
     (threads, children)
 }
 
 /// Runs a read whose failures count only while the process is alive: once
 /// it is a zombie, its `io` and `fd/*` deny access to readers other than root.
 fn unless_exited<T>(
-    process: &Process,
+    dir: &Path,
     errors: &mut ErrorCounts,
-    read: impl FnOnce(&mut ErrorCounts) -> T,
+    buf: &mut Buffer,
+    read: impl FnOnce(&mut ErrorCounts, &mut Buffer) -> T,
 ) -> T {
     let mut failures = ErrorCounts::default();
-    let value = read(&mut failures);
-    if failures != ErrorCounts::default() && !exited(process) {
+    let value = read(&mut failures, buf);
+    if failures != ErrorCounts::default() && !exited(dir, buf) {
         errors.merge(&failures);
     }
     value
 }
 
 /// The process is a zombie, dead, or gone (checked only after a failure).
-fn exited(process: &Process) -> bool {
-    match process.stat() {
+fn exited(dir: &Path, buf: &mut Buffer) -> bool {
+    match buf.parse::<Stat>(&dir.join("stat")) {
         Ok(stat) => matches!(stat.state, 'Z' | 'X' | 'x'),
         Err(e) => vanished(&e),
     }
 }
 
-fn read_attribution(process: &Process, errors: &mut ErrorCounts) -> Attribution {
-    job_value(read_text(process, "cgroup"), "cgroup", errors)
+fn read_attribution(dir: &Path, errors: &mut ErrorCounts, buf: &mut Buffer) -> Attribution {
+    let path = dir.join("cgroup");
+    let text = buf
+        .read(&path)
+        .map_err(|e| procfs::ProcError::from(e))
+        .map(|bytes| String::from_utf8_lossy(bytes).into_owned());
+    job_value(text, "cgroup", errors)
         .map(|text| cgroup::parse_attribution(&text))
         .unwrap_or_default()
-}
-
-fn read_text(process: &Process, name: &str) -> ProcResult<String> {
-    let mut text = String::new();
-    process.open_relative(name)?.read_to_string(&mut text)?;
-    Ok(text)
 }

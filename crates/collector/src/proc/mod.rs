@@ -12,6 +12,7 @@ mod cgroup;
 mod host;
 mod job;
 mod output;
+mod read;
 
 use std::io;
 use std::path::{Path, PathBuf};
