@@ -221,3 +221,14 @@ fn time_scale_shortens_every_window() {
     assert_eq!(starts.len(), 1);
     assert!(starts[0] <= 10.0, "fired at {}", starts[0]);
 }
+
+#[test]
+fn a_pipeline_blocked_on_storage_uses_no_cpu_but_starves_the_gpu() {
+    let mut run = Run::default();
+    run.feed(0, 300, |t| {
+        let mut j = job(100, 0.01, 0.01);
+        j.threads_disk_sleep = 4;
+        frame(t, 0.02, vec![j])
+    });
+    assert_eq!(run.kinds(), vec![Kind::InputStarved, Kind::IoBound]);
+}

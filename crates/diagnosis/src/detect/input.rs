@@ -5,17 +5,26 @@ use super::{Ctx, Finding};
 use crate::Kind;
 use crate::hysteresis::Condition;
 
-/// Mean CPU of the GPU's jobs over the window and over its last quarter (a
-/// job that stopped using CPU is not feeding anything, whatever its past).
+/// Share of samples with a job thread waiting on storage that counts as the
+/// pipeline working (a reader blocked on I/O uses no CPU).
+const WAITING_ON_STORAGE: f64 = 0.3;
+
+/// The job is working on its input: it uses CPU, or its threads wait on
+/// storage, over the window and over its last quarter (a job that stopped
+/// doing either is not feeding anything, whatever its past).
 fn job_alive(ctx: &Ctx, window: &crate::window::Window, min_cpu: f64) -> bool {
     let recent = ctx.history.window(window.seconds() / 4.0);
-    window.mean(|p| p.job_cpu).unwrap_or(0.0) >= min_cpu
-        && recent.mean(|p| p.job_cpu).unwrap_or(0.0) >= min_cpu
+    let working = |w: &crate::window::Window| {
+        w.mean(|p| p.job_cpu).unwrap_or(0.0) >= min_cpu
+            || w.share(|p| Some(p.disk_sleep)).unwrap_or(0.0) >= WAITING_ON_STORAGE
+    };
+    working(window) && working(&recent)
 }
 
 fn job_stopped(ctx: &Ctx, window_seconds: f64, min_cpu: f64) -> bool {
     let recent = ctx.history.window(window_seconds / 4.0);
     recent.mean(|p| p.job_cpu).unwrap_or(0.0) < min_cpu / 2.0
+        && recent.share(|p| Some(p.disk_sleep)).unwrap_or(0.0) < WAITING_ON_STORAGE / 2.0
 }
 
 pub fn starved(ctx: &Ctx) -> Finding {
