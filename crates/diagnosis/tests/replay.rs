@@ -34,7 +34,8 @@ fn recorded() -> PathBuf {
 fn replay(meta_path: &Path) -> Result<(), String> {
     let meta: Meta = serde_json::from_str(&fs::read_to_string(meta_path).unwrap()).unwrap();
     let frames_path = meta_path.with_extension("jsonl");
-    let text = fs::read_to_string(&frames_path).map_err(|e| format!("{}: {e}", frames_path.display()))?;
+    let text =
+        fs::read_to_string(&frames_path).map_err(|e| format!("{}: {e}", frames_path.display()))?;
     let config = DiagnosisConfig {
         time_scale: meta.time_scale,
         ..DiagnosisConfig::default()
@@ -42,7 +43,8 @@ fn replay(meta_path: &Path) -> Result<(), String> {
     let mut engine = Engine::new(config);
     let mut starts = Vec::new();
     for (n, line) in text.lines().enumerate() {
-        let frame: Frame = serde_json::from_str(line).map_err(|e| format!("{}:{}: {e}", frames_path.display(), n + 1))?;
+        let frame: Frame = serde_json::from_str(line)
+            .map_err(|e| format!("{}:{}: {e}", frames_path.display(), n + 1))?;
         for e in engine.observe(&frame) {
             if e.phase == Phase::Start {
                 starts.push((e.kind.as_str().to_owned(), e.gpu, e.time - meta.start));
@@ -51,10 +53,17 @@ fn replay(meta_path: &Path) -> Result<(), String> {
     }
     let mut problems = Vec::new();
     for l in &meta.labels {
-        let mine: Vec<f64> = starts.iter().filter(|(k, g, _)| *k == l.kind && *g == l.gpu).map(|s| s.2).collect();
+        let mine: Vec<f64> = starts
+            .iter()
+            .filter(|(k, g, _)| *k == l.kind && *g == l.gpu)
+            .map(|s| s.2)
+            .collect();
         match mine.as_slice() {
             [at] if (l.onset_s - 3.0..=l.deadline_s).contains(at) => {}
-            [at] => problems.push(format!("{} at {at:.1}s, expected [{:.1}, {:.1}]", l.kind, l.onset_s, l.deadline_s)),
+            [at] => problems.push(format!(
+                "{} at {at:.1}s, expected [{:.1}, {:.1}]",
+                l.kind, l.onset_s, l.deadline_s
+            )),
             [] => problems.push(format!("{} never fired", l.kind)),
             many => problems.push(format!("{} fired {} times", l.kind, many.len())),
         }
@@ -79,7 +88,10 @@ fn recorded_runs_replay_to_their_labels() {
         .filter(|p| p.extension().is_some_and(|x| x == "json"))
         .collect();
     metas.sort();
-    assert!(metas.len() >= 10, "expected the recorded set, found {metas:?}");
+    assert!(
+        metas.len() >= 10,
+        "expected the recorded set, found {metas:?}"
+    );
     let failures: Vec<String> = metas.iter().filter_map(|m| replay(m).err()).collect();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
