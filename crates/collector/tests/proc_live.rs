@@ -34,7 +34,7 @@ fn own_child_is_a_descendant_with_its_real_comm() {
     let child_pid = child.0.id();
     let me = std::process::id();
 
-    let reader = ProcReader::new("/proc").unwrap();
+    let mut reader = ProcReader::new("/proc").unwrap();
     let mut errors = ErrorCounts::default();
     let jobs = reader.read_jobs(&[(me, vec![0])], &mut errors);
     assert_eq!(jobs.len(), 1);
@@ -62,7 +62,7 @@ fn own_child_is_a_descendant_with_its_real_comm() {
 
 #[test]
 fn live_host_numbers_are_plausible() {
-    let reader = ProcReader::new("/proc").unwrap();
+    let mut reader = ProcReader::new("/proc").unwrap();
     let mut errors = ErrorCounts::default();
     let host = reader.read_host(&mut errors);
 
@@ -99,10 +99,34 @@ fn zombie_child_is_read_without_errors() {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
 
-    let reader = ProcReader::new("/proc").unwrap();
+    let mut reader = ProcReader::new("/proc").unwrap();
     let mut errors = ErrorCounts::default();
     let jobs = reader.read_jobs(&[(std::process::id(), vec![0])], &mut errors);
     let zombie = jobs[0].descendants.iter().find(|p| p.id.pid == pid);
     assert_eq!(zombie.map(|p| p.state), Some('Z'));
     assert_eq!(errors.get(ErrorSource::ProcJob), 0);
+}
+
+#[test]
+fn a_child_started_later_is_found_within_a_few_samples() {
+    let mut reader = ProcReader::new("/proc").unwrap();
+    let mut errors = ErrorCounts::default();
+    let me = std::process::id();
+    let has = |jobs: &[collector::sample::JobSample], pid: u32| {
+        jobs[0].descendants.iter().any(|p| p.id.pid == pid)
+    };
+    reader.read_jobs(&[(me, vec![0])], &mut errors);
+    let mut child = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
+    let found = (0..6).any(|_| has(&reader.read_jobs(&[(me, vec![0])], &mut errors), child.id()));
+    assert!(found, "a new child must be found within 5 samples");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Gone at once: its own files are read every sample.
+    assert!(!has(
+        &reader.read_jobs(&[(me, vec![0])], &mut errors),
+        child.id()
+    ));
 }

@@ -9,6 +9,7 @@
 //! [`ErrorCounts`] under [`ErrorSource::ProcJob`] or [`ErrorSource::ProcHost`].
 
 mod cgroup;
+mod children;
 mod host;
 mod job;
 mod output;
@@ -32,6 +33,7 @@ pub struct ProcReader {
     boot_time_seconds: u64,
     ticks_per_second: u64,
     page_size_bytes: u64,
+    children: children::ChildrenCache,
 }
 
 impl ProcReader {
@@ -60,6 +62,7 @@ impl ProcReader {
             boot_time_seconds: stats.btime,
             ticks_per_second,
             page_size_bytes,
+            children: children::ChildrenCache::default(),
         })
     }
 
@@ -76,12 +79,18 @@ impl ProcReader {
     /// `holders`: for each pid NVML reports holding a GPU context, the GPU
     /// indices it is on. Returns one [`JobSample`] per holder that could be
     /// read; a holder whose `/proc` entry is gone is skipped silently.
+    /// A process's children are read every few samples, not every one (see
+    /// `children.rs`).
     pub fn read_jobs(
-        &self,
+        &mut self,
         holders: &[(u32, Vec<u32>)],
         errors: &mut ErrorCounts,
     ) -> Vec<JobSample> {
-        job::read_jobs(self, holders, errors)
+        let mut cache = std::mem::take(&mut self.children);
+        cache.begin();
+        let jobs = job::read_jobs(self, holders, errors, &mut cache);
+        self.children = cache;
+        jobs
     }
 
     /// CPU times, online CPUs, pressure and memory of the whole host.
