@@ -47,22 +47,11 @@ impl History {
 
     /// The samples of the last `seconds`, ending at the newest one.
     pub fn window(&self, seconds: f64) -> Window<'_> {
-        let Some(now) = self.points.back().map(|p| p.t) else {
-            return Window {
-                points: Vec::new(),
-                seconds,
-                now: 0.0,
-            };
-        };
-        let start = now - seconds;
-        let points = self
-            .points
-            .iter()
-            .rev()
-            .take_while(|p| p.t > start)
-            .collect();
+        let now = self.points.back().map_or(0.0, |p| p.t);
+        let start = self.points.partition_point(|p| p.t <= now - seconds);
         Window {
-            points,
+            points: &self.points,
+            start,
             seconds,
             now,
         }
@@ -73,20 +62,25 @@ impl History {
     }
 }
 
-/// Samples in a window, newest first.
+/// Samples in a window: a view into the history, nothing copied.
 pub struct Window<'a> {
-    points: Vec<&'a Point>,
+    points: &'a VecDeque<Point>,
+    start: usize,
     seconds: f64,
     now: f64,
 }
 
 impl Window<'_> {
+    fn iter(&self) -> impl Iterator<Item = &Point> {
+        self.points.range(self.start..)
+    }
+
     pub fn len(&self) -> usize {
-        self.points.len()
+        self.points.len() - self.start
     }
 
     pub fn is_empty(&self) -> bool {
-        self.points.is_empty()
+        self.len() == 0
     }
 
     pub fn seconds(&self) -> f64 {
@@ -95,48 +89,49 @@ impl Window<'_> {
 
     /// The history reaches back over (nearly) the whole window.
     pub fn covered(&self) -> bool {
-        let Some(oldest) = self.points.last() else {
-            return false;
-        };
-        let n = self.points.len();
+        let n = self.len();
         if n < 3 {
             return false;
         }
+        let oldest = &self.points[self.start];
         // Each sample stands for one interval: n samples cover n/(n-1) spans.
         let covered = (self.now - oldest.t) * n as f64 / (n - 1) as f64;
         covered >= self.seconds * 0.9 - 1e-9
     }
 
-    fn values(&self, f: impl Fn(&Point) -> Option<f64>) -> Vec<f64> {
-        self.points.iter().filter_map(|p| f(p)).collect()
-    }
-
     pub fn mean(&self, f: impl Fn(&Point) -> Option<f64>) -> Option<f64> {
-        let v = self.values(f);
-        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+        let (sum, n) = self
+            .iter()
+            .filter_map(|p| f(p))
+            .fold((0.0, 0usize), |(s, n), v| (s + v, n + 1));
+        (n > 0).then(|| sum / n as f64)
     }
 
     pub fn stddev(&self, f: impl Fn(&Point) -> Option<f64>) -> Option<f64> {
-        let v = self.values(f);
-        let mean = v.iter().sum::<f64>() / v.len().max(1) as f64;
-        (!v.is_empty())
-            .then(|| (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / v.len() as f64).sqrt())
+        let mean = self.mean(&f)?;
+        let (sum, n) = self
+            .iter()
+            .filter_map(|p| f(p))
+            .fold((0.0, 0usize), |(s, n), v| (s + (v - mean).powi(2), n + 1));
+        Some((sum / n as f64).sqrt())
     }
 
     pub fn max(&self, f: impl Fn(&Point) -> Option<f64>) -> Option<f64> {
-        self.values(f).into_iter().reduce(f64::max)
+        self.iter().filter_map(|p| f(p)).reduce(f64::max)
     }
 
     /// Share of samples (where `f` has an answer) for which `f` is true.
     pub fn share(&self, f: impl Fn(&Point) -> Option<bool>) -> Option<f64> {
-        let answers: Vec<bool> = self.points.iter().filter_map(|p| f(p)).collect();
-        (!answers.is_empty())
-            .then(|| answers.iter().filter(|b| **b).count() as f64 / answers.len() as f64)
+        let (yes, n) = self
+            .iter()
+            .filter_map(|p| f(p))
+            .fold((0usize, 0usize), |(y, n), b| (y + usize::from(b), n + 1));
+        (n > 0).then(|| yes as f64 / n as f64)
     }
 
     /// Whether every sample satisfies `f`.
     pub fn all(&self, f: impl Fn(&Point) -> bool) -> bool {
-        !self.points.is_empty() && self.points.iter().all(|p| f(p))
+        !self.is_empty() && self.iter().all(|p| f(p))
     }
 }
 
