@@ -20,9 +20,17 @@ def spinner(tmp_path):
     p = subprocess.Popen(
         [sys.executable, str(SPINNER)], stdout=out, stderr=subprocess.STDOUT, start_new_session=True
     )
+    wait_ready(tmp_path / "train.log")
     yield p
     kill_group(p)
     out.close()
+
+
+def wait_ready(log):
+    """Waits until the spinner has started its child and its thread."""
+    deadline = time.monotonic() + 10
+    while "ready" not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def kill_group(p):
@@ -42,8 +50,9 @@ def test_spinning_thread_is_the_top_thread_and_vanishes_when_killed(daemon_facto
     d = daemon_factory(holding(spinner.pid)).start()
     pid = str(spinner.pid)
     m = d.wait_for(
-        lambda m: any(s.value > 0.8 for s in m.find("stallwatch_job_top_thread_cpu_ratio", pid=pid)),
-        what="the spinner's thread near one core",
+        lambda m: any(s.value > 0.8 for s in m.find("stallwatch_job_top_thread_cpu_ratio", pid=pid))
+        and m.find("stallwatch_job_processes", pid=pid)[0].value == 2,
+        what="the spinner's thread near one core, and its child in the job",
     )
     top = m.find("stallwatch_job_top_thread_cpu_ratio", pid=pid)[0]
     assert top.labels["thread"] == "spinner"
@@ -76,9 +85,7 @@ def test_silent_job_keeps_its_last_output_time(daemon_factory, tmp_path):
     out = open(tmp_path / "quiet.log", "w")
     p = subprocess.Popen([sys.executable, str(SPINNER), "--quiet"], stdout=out, start_new_session=True)
     try:
-        deadline = time.monotonic() + 10
-        while "ready" not in (tmp_path / "quiet.log").read_text() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_ready(tmp_path / "quiet.log")
         d = daemon_factory(holding(p.pid)).start()
         pid = str(p.pid)
         m = d.wait_for(lambda m: m.has("stallwatch_job_last_output_timestamp_seconds", pid=pid), what="output time")
