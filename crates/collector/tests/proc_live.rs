@@ -62,7 +62,7 @@ fn own_child_is_a_descendant_with_its_real_comm() {
 
 #[test]
 fn live_host_numbers_are_plausible() {
-    let mut reader = ProcReader::new("/proc").unwrap();
+    let reader = ProcReader::new("/proc").unwrap();
     let mut errors = ErrorCounts::default();
     let host = reader.read_host(&mut errors);
 

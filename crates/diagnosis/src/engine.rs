@@ -196,13 +196,14 @@ impl Engine {
             matches!((usual, silent), (Some(u), Some(s)) if s <= 2.0 * u)
         });
         let point = point(t, gpu, frame, &warmed);
-        if let (Some(util), Some(power)) = (point.utilization, point.power_watts) {
-            if util >= config.busy_above && progressing {
-                if state.busy_power.len() == BASELINE_KEPT {
-                    state.busy_power.pop_front();
-                }
-                state.busy_power.push_back(power);
+        if let (Some(util), Some(power)) = (point.utilization, point.power_watts)
+            && util >= config.busy_above
+            && progressing
+        {
+            if state.busy_power.len() == BASELINE_KEPT {
+                state.busy_power.pop_front();
             }
+            state.busy_power.push_back(power);
         }
         if !jobs.is_empty() && point.utilization.is_some_and(|u| u < config.idle_below) {
             state.job_idle_seconds_total += dt;

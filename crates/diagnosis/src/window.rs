@@ -102,7 +102,7 @@ impl Window<'_> {
     pub fn mean(&self, f: impl Fn(&Point) -> Option<f64>) -> Option<f64> {
         let (sum, n) = self
             .iter()
-            .filter_map(|p| f(p))
+            .filter_map(f)
             .fold((0.0, 0usize), |(s, n), v| (s + v, n + 1));
         (n > 0).then(|| sum / n as f64)
     }
@@ -111,27 +111,27 @@ impl Window<'_> {
         let mean = self.mean(&f)?;
         let (sum, n) = self
             .iter()
-            .filter_map(|p| f(p))
+            .filter_map(f)
             .fold((0.0, 0usize), |(s, n), v| (s + (v - mean).powi(2), n + 1));
         Some((sum / n as f64).sqrt())
     }
 
     pub fn max(&self, f: impl Fn(&Point) -> Option<f64>) -> Option<f64> {
-        self.iter().filter_map(|p| f(p)).reduce(f64::max)
+        self.iter().filter_map(f).reduce(f64::max)
     }
 
     /// Share of samples (where `f` has an answer) for which `f` is true.
     pub fn share(&self, f: impl Fn(&Point) -> Option<bool>) -> Option<f64> {
         let (yes, n) = self
             .iter()
-            .filter_map(|p| f(p))
+            .filter_map(f)
             .fold((0usize, 0usize), |(y, n), b| (y + usize::from(b), n + 1));
         (n > 0).then(|| yes as f64 / n as f64)
     }
 
     /// Whether every sample satisfies `f`.
     pub fn all(&self, f: impl Fn(&Point) -> bool) -> bool {
-        !self.is_empty() && self.iter().all(|p| f(p))
+        !self.is_empty() && self.iter().all(f)
     }
 }
 

@@ -81,7 +81,11 @@ fn swinging_utilization_with_a_low_mean_is_input_bound() {
     run.feed(60, 400, |t| {
         frame(
             t,
-            if (t as u32) % 2 == 0 { 0.0 } else { 0.6 },
+            if (t as u32).is_multiple_of(2) {
+                0.0
+            } else {
+                0.6
+            },
             vec![job(100, 1.0, 0.5)],
         )
     });
@@ -102,7 +106,7 @@ fn healthy_bursty_with_eval_and_checkpoint_pauses_raises_nothing() {
         let util = match phase {
             0..=14 => 0.0,    // checkpoint: GPU idle 15 s every 5 min
             100..=129 => 0.6, // evaluation: lighter load
-            _ if (t as u32) % 7 == 0 => 0.3,
+            _ if (t as u32).is_multiple_of(7) => 0.3,
             _ => 0.95,
         };
         frame(t, util, vec![job(100, 1.5, 0.6)])
@@ -160,7 +164,7 @@ fn threads_in_disk_sleep_on_a_starved_gpu_are_io_bound() {
     let mut run = Run::default();
     run.feed(0, 300, |t| {
         let mut j = job(100, 0.2, 0.1);
-        j.threads_disk_sleep = if (t as u32) % 2 == 0 { 2 } else { 0 };
+        j.threads_disk_sleep = if (t as u32).is_multiple_of(2) { 2 } else { 0 };
         let mut f = frame(t, 0.03, vec![j]);
         f.host.psi_io_some = Some(0.1);
         f
@@ -213,8 +217,10 @@ fn a_disabled_kind_never_fires() {
 
 #[test]
 fn time_scale_shortens_every_window() {
-    let mut config = diagnosis::DiagnosisConfig::default();
-    config.time_scale = 0.1;
+    let config = diagnosis::DiagnosisConfig {
+        time_scale: 0.1,
+        ..Default::default()
+    };
     let mut run = Run::new(config);
     run.feed(0, 30, |t| frame(t, 0.0, vec![job(100, 0.6, 0.3)]));
     let starts = run.starts(Kind::InputStarved);

@@ -72,14 +72,13 @@ impl Sampler {
         let sample = self.collector.sample();
         let snapshot = Arc::new(derive(prev.map(|(s, n)| (s, &**n)), &sample));
         let frame = frame::from_snapshot(&snapshot);
-        if let Some(file) = &mut self.record {
-            if let Err(e) = serde_json::to_writer(&mut *file, &frame)
+        if let Some(file) = &mut self.record
+            && let Err(e) = serde_json::to_writer(&mut *file, &frame)
                 .map_err(std::io::Error::from)
                 .and_then(|()| file.write_all(b"\n"))
-            {
-                tracing::warn!(error = %e, "cannot record frame; recording stopped");
-                self.record = None;
-            }
+        {
+            tracing::warn!(error = %e, "cannot record frame; recording stopped");
+            self.record = None;
         }
         let (events, status) = {
             let mut engine = self.engine.lock().unwrap_or_else(|p| p.into_inner());

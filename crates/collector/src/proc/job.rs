@@ -239,7 +239,7 @@ fn read_attribution(dir: &Path, errors: &mut ErrorCounts, buf: &mut Buffer) -> A
     let path = dir.join("cgroup");
     let text = buf
         .read(&path)
-        .map_err(|e| procfs::ProcError::from(e))
+        .map_err(procfs::ProcError::from)
         .map(|bytes| String::from_utf8_lossy(bytes).into_owned());
     job_value(text, "cgroup", errors)
         .map(|text| cgroup::parse_attribution(&text))
