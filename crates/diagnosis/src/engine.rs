@@ -5,11 +5,13 @@ use std::collections::VecDeque;
 
 use crate::config::DiagnosisConfig;
 use crate::detect::{Ctx, detect};
-use crate::evidence::{Evidence, ProcessEvidence, ThreadEvidence, round};
+use crate::evidence::Evidence;
 use crate::frame::{Frame, GpuFrame, JobFrame};
 use crate::hint::hint;
 use crate::hysteresis::{Episode, Transition};
-use crate::status::{ActiveKind, Event, GpuStatus, JobRef, JobStatus, KindCounters, Phase};
+use crate::processes;
+use crate::report::{job_status, make_event, primary_job};
+use crate::status::{ActiveKind, Event, GpuStatus, JobStatus, KindCounters, Phase};
 use crate::tracking::{ProcessActivity, Progress};
 use crate::window::{History, Point};
 use crate::{Kind, Verdict};
@@ -154,13 +156,7 @@ impl Engine {
 
         // Processes and jobs on this GPU.
         state.activity.observe(t, &gpu.processes);
-        let job_of = |pid: u32| {
-            frame
-                .jobs
-                .iter()
-                .find(|j| j.pid == pid && j.gpus.contains(&gpu.index))
-        };
-        let leftovers = self.leftovers(state, gpu, frame);
+        let leftovers = processes::leftovers(config, &state.activity, gpu, frame);
         state.leftover_pids = leftovers.iter().map(|p| p.pid).collect();
         let jobs: Vec<&JobFrame> = frame
             .jobs
@@ -176,7 +172,7 @@ impl Engine {
             .copied()
             .filter(|j| t - j.start_time >= warmup)
             .collect();
-        let sharers = self.sharers(gpu, &jobs, &job_of);
+        let sharers = processes::sharers(config, gpu, &jobs);
 
         // Progress of the GPU's warmed-up jobs: the most recent output counts.
         let silent = warmed
@@ -316,66 +312,6 @@ impl Engine {
         state.jobs = jobs.iter().map(|j| job_status(j, gpu, t, warmup)).collect();
     }
 
-    /// Processes holding memory without using the GPU for `idle_for`, whose
-    /// parent is gone: zombies, orphans (parent pid 1), or not in /proc.
-    fn leftovers(&self, state: &GpuState, gpu: &GpuFrame, frame: &Frame) -> Vec<ProcessEvidence> {
-        let idle_for = self.config.leftover_idle_seconds();
-        gpu.processes
-            .iter()
-            .filter(|p| p.memory_bytes.is_none_or(|m| m > 0))
-            .filter_map(|p| {
-                let idle = state.activity.idle_seconds(p.pid, frame.t)?;
-                if idle < idle_for {
-                    return None;
-                }
-                let job = frame.jobs.iter().find(|j| j.pid == p.pid);
-                let (why, comm) = match job {
-                    None => ("gone", String::new()),
-                    Some(j) if j.state == 'Z' => ("zombie", j.comm.clone()),
-                    Some(j) if j.ppid == 1 => ("orphaned", j.comm.clone()),
-                    Some(_) => return None,
-                };
-                Some(ProcessEvidence {
-                    pid: p.pid,
-                    comm,
-                    memory_bytes: p.memory_bytes,
-                    sm_utilization_ratio: p.sm_utilization,
-                    state: why.to_owned(),
-                    idle_seconds: Some(round(idle)),
-                })
-            })
-            .collect()
-    }
-
-    /// Separate live processes with at least `min_process_memory_bytes` on
-    /// the GPU (a process whose parent is also one of them does not count).
-    fn sharers<'f>(
-        &self,
-        gpu: &GpuFrame,
-        jobs: &[&JobFrame],
-        job_of: &dyn Fn(u32) -> Option<&'f JobFrame>,
-    ) -> Vec<ProcessEvidence> {
-        let min = self.config.shared_gpu.min_process_memory_bytes;
-        let big: Vec<(&crate::frame::ProcessFrame, &JobFrame)> = gpu
-            .processes
-            .iter()
-            .filter(|p| p.memory_bytes.is_some_and(|m| m >= min))
-            .filter_map(|p| Some((p, job_of(p.pid)?)))
-            .filter(|(_, j)| jobs.iter().any(|live| live.pid == j.pid))
-            .collect();
-        big.iter()
-            .filter(|(_, j)| !big.iter().any(|(other, _)| other.pid == j.ppid))
-            .map(|(p, j)| ProcessEvidence {
-                pid: p.pid,
-                comm: j.comm.clone(),
-                memory_bytes: p.memory_bytes,
-                sm_utilization_ratio: p.sm_utilization,
-                state: "running".to_owned(),
-                idle_seconds: None,
-            })
-            .collect()
-    }
-
     /// Per-GPU status, in GPU index order.
     pub fn status(&self) -> Vec<GpuStatus> {
         let mut out: Vec<GpuStatus> = self
@@ -459,71 +395,6 @@ fn point(t: f64, gpu: &GpuFrame, frame: &Frame, warmed: &[&JobFrame]) -> Point {
         psi_io: frame.host.psi_io_some,
         power_watts: gpu.power_watts,
         throttled: gpu.clock_events & THROTTLE_MASK != 0,
-    }
-}
-
-/// The job an event names: the one holding the most memory on the GPU.
-fn primary_job(gpu: &GpuFrame, jobs: &[&JobFrame]) -> Option<JobRef> {
-    let memory = |j: &JobFrame| {
-        gpu.processes
-            .iter()
-            .find(|p| p.pid == j.pid)
-            .and_then(|p| p.memory_bytes)
-            .unwrap_or(0)
-    };
-    jobs.iter()
-        .max_by_key(|j| (memory(j), std::cmp::Reverse(j.pid)))
-        .map(|j| JobRef {
-            pid: j.pid,
-            comm: j.comm.clone(),
-            attribution: j.attribution.clone(),
-        })
-}
-
-fn make_event(
-    phase: Phase,
-    kind: Kind,
-    gpu: &GpuFrame,
-    t: f64,
-    since: f64,
-    job: &Option<JobRef>,
-    evidence: &Evidence,
-) -> Event {
-    Event {
-        id: 0,
-        time: t,
-        phase,
-        kind,
-        gpu: gpu.index,
-        uuid: gpu.uuid.clone(),
-        since,
-        job: job.clone(),
-        evidence: evidence.clone(),
-        hint: hint(kind, evidence),
-    }
-}
-
-fn job_status(job: &JobFrame, gpu: &GpuFrame, t: f64, warmup: f64) -> JobStatus {
-    JobStatus {
-        pid: job.pid,
-        comm: job.comm.clone(),
-        attribution: job.attribution.clone(),
-        start_time: job.start_time,
-        warming_up: t - job.start_time < warmup,
-        cpu_cores: job.cpu_cores.map(round),
-        top_thread: job.top_threads.first().map(|th| ThreadEvidence {
-            pid: th.pid,
-            tid: th.tid,
-            name: th.name.clone(),
-            state: th.state.to_string(),
-            cpu_ratio: round(th.cpu),
-        }),
-        last_output: job.last_output,
-        gpu_memory_bytes: gpu
-            .processes
-            .iter()
-            .find(|p| p.pid == job.pid)
-            .and_then(|p| p.memory_bytes),
     }
 }
 

@@ -11,6 +11,8 @@ pub mod frame;
 pub mod hint;
 pub mod hysteresis;
 pub mod kind;
+mod processes;
+mod report;
 pub mod status;
 mod tracking;
 pub mod window;
