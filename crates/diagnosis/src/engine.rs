@@ -95,10 +95,6 @@ impl Engine {
         }
     }
 
-    pub fn config(&self) -> &DiagnosisConfig {
-        &self.config
-    }
-
     /// Feeds one frame; returns the events it caused, oldest first.
     pub fn observe(&mut self, frame: &Frame) -> Vec<Event> {
         self.progress.observe(frame);

@@ -53,10 +53,6 @@ impl Kind {
         }
     }
 
-    pub fn parse(name: &str) -> Option<Kind> {
-        Kind::ALL.into_iter().find(|k| k.as_str() == name)
-    }
-
     /// Kinds that make a GPU's verdict `stalled`: the GPU is idle (or busy
     /// without progress) because of the job. The others are findings that
     /// explain or threaten, shown alongside the verdict.

@@ -41,10 +41,6 @@ impl History {
         self.points.push_back(point);
     }
 
-    pub fn clear(&mut self) {
-        self.points.clear();
-    }
-
     /// The samples of the last `seconds`, ending at the newest one.
     pub fn window(&self, seconds: f64) -> Window<'_> {
         let now = self.points.back().map_or(0.0, |p| p.t);
@@ -114,10 +110,6 @@ impl Window<'_> {
             .filter_map(f)
             .fold((0.0, 0usize), |(s, n), v| (s + (v - mean).powi(2), n + 1));
         Some((sum / n as f64).sqrt())
-    }
-
-    pub fn max(&self, f: impl Fn(&Point) -> Option<f64>) -> Option<f64> {
-        self.iter().filter_map(f).reduce(f64::max)
     }
 
     /// Share of samples (where `f` has an answer) for which `f` is true.
