@@ -269,3 +269,22 @@ def test_rules_on_a_real_daemon(daemon_factory, prometheus_with_rules, job):
     assert set(CONTRACT) <= names, names
     assert {"ALERTS", "up"} <= names
     assert not any(n.startswith("stallwatch_") for n in names), "raw series leak into federation"
+
+
+def test_alertmanager_config_names_real_alerts():
+    """Every alertname matcher of alertmanager.yml selects alerts the rules define, and
+    every severity it routes on is one the rules use."""
+    config = yaml.safe_load((DEPLOY / "alertmanager.yml").read_text())
+    names = {a["alert"] for a in alerts()}
+    severities = {a["labels"]["severity"] for a in alerts()}
+    matchers = [m for rule in config["inhibit_rules"] for m in rule["source_matchers"] + rule["target_matchers"]]
+    matchers += [m for route in config["route"]["routes"] for m in route["matchers"]]
+    for m in matchers:
+        label, op, value = re.fullmatch(r'(\w+)(=~|=)"(.*)"', m).groups()
+        match = (lambda n: re.fullmatch(value, n)) if op == "=~" else (lambda n: n == value)
+        universe = names if label == "alertname" else severities
+        assert any(match(n) for n in universe), f"{m} matches no alert"
+    amtool = shutil.which("amtool")
+    assert amtool, "amtool not installed: run scripts/install-test-deps"
+    r = subprocess.run([amtool, "check-config", str(DEPLOY / "alertmanager.yml")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
