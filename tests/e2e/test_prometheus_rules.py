@@ -255,10 +255,13 @@ def test_rules_on_a_real_daemon(daemon_factory, prometheus_with_rules, job):
     idle = wait_query(base, "instance:stallwatch_gpu_job_idle_seconds:rate5m > 0")
     assert 0 < float(idle[0]["value"][1]) <= 1.05
 
-    # Nothing about the GPU without a job, nor about stallwatch itself.
-    names = {x["labels"]["alertname"] for x in active_alerts(base)}
-    assert names <= {"StallwatchGPUInputStarved", "StallwatchGPUSingleThreadBound", "StallwatchGPUCPUSaturated"}
-    assert [x for x in active_alerts(base) if x["labels"].get("gpu") == "1"] == []
+    # Nothing about the GPU without a job, nor about stallwatch itself. (What the test
+    # machine's own load may cause, host memory or CPU, is not asserted on.)
+    raised = active_alerts(base)
+    assert [x for x in raised if x["labels"].get("gpu") == "1"] == []
+    wrong = HOST_ALERTS | {"StallwatchJobNoProgress", "StallwatchGPULost", "StallwatchLeftoverProcess",
+                           "StallwatchSharedGPU", "StallwatchGPUInputBound"}
+    assert {x["labels"]["alertname"] for x in raised} & wrong == set()
 
     # The global Prometheus's /federate pull hands on the recording rules and the alert.
     federate = yaml.safe_load((DEPLOY / "prometheus-federate.yml").read_text())
