@@ -23,7 +23,6 @@ from grafana_files import (
     panels, substitute, targets, variable_queries,
 )
 from test_jobs import SPINNER, kill_group
-from test_prometheus import wait_query
 
 SCRAPE_S = 1
 RANGE_S = 60
@@ -99,7 +98,18 @@ class Stack:
             # Both stalled jobs in a few rule evaluations, as a range query needs.
             "count(count_over_time(instance_pid_comm:stallwatch_job_stalled_gpus:count[1m]) > 3) == 2",
         ):
-            wait_query(self.url, expr, timeout=60)
+            self.wait(expr, timeout=60)
+
+    def wait(self, expr, timeout):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if self.api("query", query=expr)["result"]:
+                    return
+            except (OSError, ValueError):
+                pass  # Prometheus still starting
+            time.sleep(0.5)
+        raise AssertionError(f"no result for {expr} within {timeout}s")
 
     def job(self, argv, log_name):
         out = open(self.tmp / log_name, "w")
