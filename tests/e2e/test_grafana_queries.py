@@ -1,0 +1,267 @@
+"""Every query of the Grafana dashboards and alert rules, with Grafana's
+variables filled in, runs on a real Prometheus that scrapes a real stallwatch
+and evaluates the recording rules of deploy/prometheus/stallwatch.rules.yml.
+
+The host has three GPUs, each held by a real process: GPU 0 starved (a job
+whose one thread spins while the GPU idles), GPU 1 healthy (busy, the job
+prints steadily), GPU 2 hung (idle GPU, a job that neither works nor writes).
+Diagnosis windows are scaled down so all three verdicts arrive in seconds."""
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+import urllib.parse
+
+import pytest
+import yaml
+
+from daemon import Daemon, free_port, gpu, http_get
+from grafana_files import (
+    ALERTING, DASHBOARDS, RULES, alert_queries, grafana_variables, load_dashboard, load_yaml,
+    panels, substitute, targets, variable_queries,
+)
+from test_jobs import SPINNER, kill_group
+
+SCRAPE_S = 1
+RANGE_S = 60
+# Windows of seconds, warm-up 6 s; a silent job counts as hung after 3 s.
+CONFIG = """[diagnosis]
+time_scale = 0.05
+hang_min = "60s"
+[diagnosis.idle_no_progress]
+window = "60s"
+"""
+PRINTER = "import time\nwhile True:\n    print('step', flush=True)\n    time.sleep(0.2)\n"
+
+
+def held_by(index, pid, util):
+    return gpu(index, utilization_gpu=util,
+               processes=[{"pid": pid, "used_memory_bytes": 8 * 2**30, "sm_util": util}])
+
+
+def start_prometheus(tmp, target):
+    """A real Prometheus scraping the daemon every second, with the repository's
+    rules file evaluated every second (its groups' own intervals replaced)."""
+    binary = shutil.which("prometheus")
+    assert binary, "prometheus not installed: run scripts/install-test-deps"
+    assert RULES.exists(), f"{RULES} missing: the dashboards are built on its recording rules"
+    rules = yaml.safe_load(RULES.read_text())
+    for group in rules["groups"]:
+        group["interval"] = f"{SCRAPE_S}s"
+    (tmp / "rules.yml").write_text(yaml.safe_dump(rules))
+    (tmp / "prometheus.yml").write_text(yaml.safe_dump({
+        "global": {"scrape_interval": f"{SCRAPE_S}s", "scrape_timeout": "900ms",
+                   "evaluation_interval": f"{SCRAPE_S}s"},
+        "rule_files": [str(tmp / "rules.yml")],
+        "scrape_configs": [{"job_name": "stallwatch", "static_configs": [{"targets": [target]}]}],
+    }))
+    port = free_port()
+    log = open(tmp / "prometheus.log", "wb")
+    process = subprocess.Popen(
+        [binary, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'data'}",
+         f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )
+    return process, log, f"http://127.0.0.1:{port}"
+
+
+class Stack:
+    """The daemon, its jobs and Prometheus, ready once the diagnosis has reached
+    Prometheus through the recording rules."""
+
+    def __init__(self, tmp):
+        self.tmp = tmp
+        self.jobs = []
+        self.daemon = None
+        self.prometheus = None
+
+    def start(self):
+        starved = self.job([sys.executable, str(SPINNER)], "starved.log")
+        healthy = self.job([sys.executable, "-c", PRINTER], "healthy.log")
+        hung = self.job(["sleep", "600"], "hung.log")
+        self.pids = {"starved": starved.pid, "healthy": healthy.pid, "hung": hung.pid}
+        scenario = {"gpus": [held_by(0, starved.pid, 1), held_by(1, healthy.pid, 92),
+                             held_by(2, hung.pid, 0)]}
+        (self.tmp / "daemon").mkdir()
+        self.daemon = Daemon(self.tmp / "daemon", scenario, config=CONFIG).start()
+        self.instance = f"127.0.0.1:{self.daemon.port}"
+        process, log, self.url = start_prometheus(self.tmp, self.instance)
+        self.prometheus = (process, log)
+        for expr in (
+            f'instance_pid_comm:stallwatch_job_stalled_gpus:count{{pid="{starved.pid}"}}',
+            'stallwatch_gpu_verdict{gpu="1", verdict="healthy"} == 1',
+            'stallwatch_gpu_stall_active{gpu="2", kind="idle_no_progress"} == 1',
+            'instance_kind:stallwatch_gpu_stall_seconds:rate5m{kind="input_starved"} > 0',
+            'stallwatch_job_top_thread_cpu_ratio{thread="spinner"}',
+            # Both stalled jobs in a few rule evaluations, as a range query needs.
+            "count(count_over_time(instance_pid_comm:stallwatch_job_stalled_gpus:count[1m]) > 3) == 2",
+        ):
+            self.wait(expr, timeout=60)
+
+    def wait(self, expr, timeout):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if self.api("query", query=expr)["result"]:
+                    return
+            except (OSError, ValueError):
+                pass  # Prometheus still starting
+            time.sleep(0.5)
+        raise AssertionError(f"no result for {expr} within {timeout}s")
+
+    def job(self, argv, log_name):
+        out = open(self.tmp / log_name, "w")
+        p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        self.jobs.append((p, out))
+        return p
+
+    def stop(self):
+        if self.prometheus:
+            process, log = self.prometheus
+            process.terminate()
+            process.wait(timeout=20)
+            log.close()
+        code = self.daemon.stop() if self.daemon else 0
+        for p, out in self.jobs:
+            kill_group(p)
+            out.close()
+        assert code == 0, f"daemon exited with {code} on SIGTERM"
+
+    def api(self, path, **params):
+        """Prometheus's JSON answer; a query that fails to parse or run is an error."""
+        status, _, body = http_get(f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params)}", timeout=10)
+        answer = json.loads(body)
+        assert status == 200 and answer["status"] == "success", f"{status}: {answer.get('error')}"
+        return answer["data"]
+
+    def run(self, target, values):
+        """Runs a dashboard target as Grafana does: instant or over the range."""
+        expr = substitute(target["expr"], values)
+        if target.get("instant"):
+            return self.api("query", query=expr)["result"]
+        end = time.time()
+        return self.api("query_range", query=expr, start=end - RANGE_S, end=end, step=SCRAPE_S)["result"]
+
+    def values(self, gpu_value):
+        return grafana_variables(RANGE_S, SCRAPE_S, self.instance, gpu_value)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    s = Stack(tmp_path_factory.mktemp("grafana"))
+    try:
+        s.start()
+        yield s
+    finally:
+        s.stop()
+
+
+# `$gpu` as Grafana writes it into a regex match: one GPU, or All (its allValue).
+GPU_CHOICES = {"gpu 0": "0", "all gpus": ".*"}
+
+
+@pytest.mark.parametrize("choice", GPU_CHOICES)
+def test_every_dashboard_query_returns_data(stack, choice):
+    values = stack.values(GPU_CHOICES[choice])
+    empty, failed, ran = [], [], 0
+    for path in DASHBOARDS:
+        for panel, target in targets(load_dashboard(path)):
+            where = f"{path.name} / {panel['title']} / {target['refId']}"
+            try:
+                result = stack.run(target, values)
+            except AssertionError as e:
+                failed.append(f"{where}: {e}")
+                continue
+            ran += 1
+            if not result:
+                empty.append(where)
+    assert not failed, "queries Prometheus rejects:\n" + "\n".join(failed)
+    assert not empty, "queries that return no data:\n" + "\n".join(empty)
+    assert ran >= 20
+
+
+def test_variables_list_the_host_and_its_gpus(stack):
+    values = stack.values(".*")
+    found = {}
+    for path in DASHBOARDS:
+        for name, query in variable_queries(load_dashboard(path)):
+            # label_values(selector, label), as the Prometheus data source runs it.
+            selector, label = substitute(query, values)[len("label_values("):-1].rsplit(",", 1)
+            found[name] = stack.api(f"label/{label.strip()}/values", **{"match[]": selector})
+    assert found == {"instance": [stack.instance], "gpu": ["0", "1", "2"]}
+
+
+def panel(title, dashboard):
+    d = load_dashboard(next(p for p in DASHBOARDS if p.name == dashboard))
+    return next(p for p in panels(d) if p["title"] == title)
+
+
+def instant(stack, title, dashboard, ref="A"):
+    target = next(t for t in panel(title, dashboard)["targets"] if t["refId"] == ref)
+    return stack.run({**target, "instant": True}, stack.values(".*"))
+
+
+def test_fleet_dashboard_shows_the_stall(stack):
+    [stalled] = instant(stack, "Stalled GPUs", "stallwatch-fleet.json")
+    assert float(stalled["value"][1]) == 2  # starved and hung
+    verdicts = {r["metric"]["verdict"]: float(r["value"][1])
+                for r in instant(stack, "GPUs by verdict", "stallwatch-fleet.json")}
+    assert verdicts == {"stalled": 2, "healthy": 1, "no_job": 0, "warming_up": 0, "unknown": 0}
+    kinds = {r["metric"]["kind"] for r in instant(stack, "Stalled GPU-hours by kind", "stallwatch-fleet.json")}
+    assert {"input_starved", "idle_no_progress"} <= kinds
+    jobs = {r["metric"]["pid"]: r["metric"]["comm"]
+            for r in instant(stack, "Top stalled jobs", "stallwatch-fleet.json", "B")}
+    assert jobs == {str(stack.pids["starved"]): jobs[str(stack.pids["starved"])],
+                    str(stack.pids["hung"]): "sleep"}
+    assert jobs[str(stack.pids["starved"])].startswith("python")
+    [host] = instant(stack, "Hosts with stalled GPUs", "stallwatch-fleet.json")
+    assert host["metric"]["instance"] == stack.instance
+
+
+def test_host_dashboard_names_each_gpus_verdict_and_the_pinned_thread(stack):
+    p = panel("Verdict", "stallwatch-host.json")
+    names = p["fieldConfig"]["defaults"]["mappings"][0]["options"]
+    shown = {r["metric"]["gpu"]: names[str(int(float(r["value"][1])))]["text"]
+             for r in instant(stack, "Verdict", "stallwatch-host.json")}
+    assert shown == {"0": "stalled", "1": "healthy", "2": "stalled"}
+    active = {(r["metric"]["gpu"], r["metric"]["kind"])
+              for r in instant(stack, "Active kinds", "stallwatch-host.json")}
+    assert ("0", "input_starved") in active and ("2", "idle_no_progress") in active
+    assert not any(g == "1" for g, _ in active)
+    threads = {(r["metric"]["pid"], r["metric"]["thread"])
+               for r in instant(stack, "Busiest thread", "stallwatch-host.json")}
+    assert (str(stack.pids["starved"]), "spinner") in threads
+
+
+def threshold_fires(value, evaluator):
+    kind, params = evaluator["type"], evaluator["params"]
+    return {
+        "gt": lambda: value > params[0],
+        "lt": lambda: value < params[0],
+        "within_range": lambda: params[0] < value < params[1],
+        "outside_range": lambda: value < params[0] or value > params[1],
+    }[kind]()
+
+
+def firing(stack, rule):
+    """The series for which the rule's condition holds now, by (instance, gpu, kind)."""
+    results = {}
+    for _, item in alert_queries({"groups": [{"rules": [rule]}]}):
+        expr = substitute(item["model"]["expr"], stack.values(".*"))
+        results[item["refId"]] = stack.api("query", query=expr)["result"]
+    condition = next(i["model"] for i in rule["data"] if i["refId"] == rule["condition"])
+    assert condition["type"] == "threshold"
+    [check] = condition["conditions"]
+    return {(r["metric"]["instance"], r["metric"]["gpu"], r["metric"]["kind"])
+            for r in results[condition["expression"]]
+            if threshold_fires(float(r["value"][1]), check["evaluator"])}
+
+
+def test_alert_rules_fire_for_the_starved_and_the_hung_gpu_only(stack):
+    rules = {r["uid"]: r for g in load_yaml(ALERTING)["groups"] for r in g["rules"]}
+    every_query = [item for _, item in alert_queries(load_yaml(ALERTING))]
+    assert len(every_query) == len(rules) == 2
+    assert firing(stack, rules["stallwatch-gpu-input-starved"]) == {(stack.instance, "0", "input_starved")}
+    assert firing(stack, rules["stallwatch-gpu-hung"]) == {(stack.instance, "2", "idle_no_progress")}
