@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon import BINARY, FAKE_NVML, Daemon
+from daemon import BINARY, FAKE_NVML, Daemon, gpu
 from test_jobs import SPINNER, kill_group, wait_ready
 from unit_file import unit_capabilities
 
@@ -40,7 +40,7 @@ def install_dir():
 def root_job(tmp_path):
     """The spinner run as root, its output going to a file in a directory
     only root can enter (as a training job's log usually is)."""
-    assert oct(tmp_path.stat().st_mode & 0o777) != "0o755"
+    tmp_path.chmod(0o700)
     log = tmp_path / "train.log"
     out = open(log, "w")
     p = subprocess.Popen([sys.executable, str(SPINNER)], stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -72,11 +72,14 @@ def unprivileged(install_dir):
         holding = {"pid": pid, "used_memory_bytes": 8 * 2**30, "sm_util": 5}
         daemon = Daemon(
             d,
-            {"gpus": [_gpu(holding)]},
+            {"gpus": [gpu(0, processes=[holding])]},
             library=install_dir / "libnvidia_ml.so",
             binary=install_dir / "stallwatch",
             prefix=setpriv(caps),
         )
+        # Readable by nobody whatever the umask.
+        daemon.config_path.chmod(0o644)
+        daemon.scenario_path.chmod(0o644)
         made.append(daemon)
         daemon.start()
         assert_identity(daemon.process.pid, caps)
@@ -85,12 +88,6 @@ def unprivileged(install_dir):
     yield make
     for daemon in made:
         assert daemon.stop() == 0, daemon.logs()
-
-
-def _gpu(process):
-    from daemon import gpu
-
-    return gpu(0, processes=[process])
 
 
 def assert_identity(pid, caps):
