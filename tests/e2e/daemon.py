@@ -93,7 +93,10 @@ class Metrics:
 
 
 class Daemon:
-    def __init__(self, tmp_path, scenario=None, config="", library=FAKE_NVML, interval="250ms"):
+    def __init__(
+        self, tmp_path, scenario=None, config="", library=FAKE_NVML, interval="250ms", binary=BINARY, prefix=()
+    ):
+        """`binary` runs under `prefix` (a command such as setpriv that execs its arguments)."""
         assert BINARY.exists(), f"{BINARY} missing: run `cargo build --workspace` first"
         assert FAKE_NVML.exists(), f"{FAKE_NVML} missing: run `cargo build --workspace` first"
         self.dir = tmp_path
@@ -112,6 +115,7 @@ class Daemon:
             + config
         )
         self.process = None
+        self.command = [*prefix, str(binary)]
 
     def set_scenario(self, scenario):
         write_json_atomically(self.scenario_path, scenario)
@@ -120,7 +124,7 @@ class Daemon:
         env = dict(os.environ, STALLWATCH_FAKE_NVML=str(self.scenario_path), RUST_LOG="info")
         self.log = open(self.log_path, "wb")
         self.process = subprocess.Popen(
-            [str(BINARY), "--config", str(self.config_path), *args],
+            [*self.command, "--config", str(self.config_path), *args],
             env=env,
             stdout=self.log,
             stderr=subprocess.STDOUT,

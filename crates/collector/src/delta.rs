@@ -105,11 +105,12 @@ fn derive_gpu(gpu: &GpuSample, comms: &HashMap<u32, &str>) -> GpuSnapshot {
 }
 
 /// Running totals of a job's processes, each growing by that process's own
-/// delta, so processes that exit never make a total go backwards.
+/// delta, so processes that exit never make a total go backwards. `io` stays
+/// `None` until some process's `io` has been read.
 #[derive(Default)]
 struct Totals {
     cpu_seconds: f64,
-    io: IoCounters,
+    io: Option<IoCounters>,
 }
 
 impl Totals {
@@ -131,10 +132,11 @@ impl Totals {
     }
 
     fn add_io(&mut self, cur: IoCounters, before: IoCounters) {
-        self.io.rchar += cur.rchar.saturating_sub(before.rchar);
-        self.io.wchar += cur.wchar.saturating_sub(before.wchar);
-        self.io.read_bytes += cur.read_bytes.saturating_sub(before.read_bytes);
-        self.io.write_bytes += cur.write_bytes.saturating_sub(before.write_bytes);
+        let io = self.io.get_or_insert_with(IoCounters::default);
+        io.rchar += cur.rchar.saturating_sub(before.rchar);
+        io.wchar += cur.wchar.saturating_sub(before.wchar);
+        io.read_bytes += cur.read_bytes.saturating_sub(before.read_bytes);
+        io.write_bytes += cur.write_bytes.saturating_sub(before.write_bytes);
     }
 }
 
@@ -153,12 +155,7 @@ fn derive_job(
         None => job_processes(job).for_each(|p| totals.add_whole(p)),
         Some((prev, snap)) => {
             totals.cpu_seconds = snap.cpu_seconds_total;
-            totals.io = IoCounters {
-                rchar: snap.rchar_total,
-                wchar: snap.wchar_total,
-                read_bytes: snap.read_bytes_total,
-                write_bytes: snap.write_bytes_total,
-            };
+            totals.io = io_totals(snap);
             let old: HashMap<ProcessId, &ProcessSample> =
                 job_processes(prev).map(|p| (p.id, p)).collect();
             for p in job_processes(job) {
@@ -176,7 +173,10 @@ fn derive_job(
     let (cpu_cores, read_rate, top_threads) = match (before, interval) {
         (Some((prev, snap)), Some(dt)) => (
             Some((totals.cpu_seconds - snap.cpu_seconds_total) / dt),
-            Some((totals.io.read_bytes - snap.read_bytes_total) as f64 / dt),
+            totals
+                .io
+                .zip(snap.read_bytes_total)
+                .map(|(io, before)| (io.read_bytes - before) as f64 / dt),
             top_threads(prev, job, dt),
         ),
         _ => (None, None, Vec::new()),
@@ -197,13 +197,23 @@ fn derive_job(
         cpu_cores,
         top_threads,
         rss_bytes: job_processes(job).map(|p| p.rss_bytes).sum(),
-        read_bytes_total: totals.io.read_bytes,
-        write_bytes_total: totals.io.write_bytes,
-        rchar_total: totals.io.rchar,
-        wchar_total: totals.io.wchar,
+        read_bytes_total: totals.io.map(|io| io.read_bytes),
+        write_bytes_total: totals.io.map(|io| io.write_bytes),
+        rchar_total: totals.io.map(|io| io.rchar),
+        wchar_total: totals.io.map(|io| io.wchar),
         read_bytes_per_second: read_rate,
         last_output_seconds: last_output(before, job, now),
     }
+}
+
+/// The I/O totals a previous snapshot carried, if it had any.
+fn io_totals(snap: &JobSnapshot) -> Option<IoCounters> {
+    Some(IoCounters {
+        rchar: snap.rchar_total?,
+        wchar: snap.wchar_total?,
+        read_bytes: snap.read_bytes_total?,
+        write_bytes: snap.write_bytes_total?,
+    })
 }
 
 /// The busiest threads over the interval, from per-thread CPU deltas.

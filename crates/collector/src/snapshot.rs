@@ -139,10 +139,15 @@ pub struct JobSnapshot {
     /// The busiest threads over the last interval, busiest first (at most 3).
     pub top_threads: Vec<ThreadUsage>,
     pub rss_bytes: u64,
-    pub read_bytes_total: u64,
-    pub write_bytes_total: u64,
-    pub rchar_total: u64,
-    pub wchar_total: u64,
+    /// Storage and character I/O of every process that has been part of the
+    /// job while watched (`/proc/<pid>/io`); `None` while no process's `io`
+    /// could be read (another user's process, without the capabilities).
+    pub read_bytes_total: Option<u64>,
+    pub write_bytes_total: Option<u64>,
+    pub rchar_total: Option<u64>,
+    pub wchar_total: Option<u64>,
+    /// Storage reads over the last interval; `None` on the first sample and
+    /// while `io` is unreadable.
     pub read_bytes_per_second: Option<f64>,
     /// Last time the job's output grew (fd 1/2 file size or mtime, or the
     /// leader's `wchar`), seconds since the epoch; `None` until seen.

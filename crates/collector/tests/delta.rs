@@ -200,10 +200,49 @@ fn io_totals_grow_by_per_process_deltas() {
         ),
         sample(4.0, vec![job(with_io(10, 5, 300), vec![])]),
     ]);
-    assert_eq!(snaps[0].jobs[0].read_bytes_total, 1100);
-    assert_eq!(snaps[1].jobs[0].read_bytes_total, 1700);
+    assert_eq!(snaps[0].jobs[0].read_bytes_total, Some(1100));
+    assert_eq!(snaps[1].jobs[0].read_bytes_total, Some(1700));
     assert_eq!(snaps[1].jobs[0].read_bytes_per_second, Some(300.0));
-    assert_eq!(snaps[2].jobs[0].read_bytes_total, 1700);
+    assert_eq!(snaps[2].jobs[0].read_bytes_total, Some(1700));
+}
+
+#[test]
+fn unreadable_io_is_left_out_not_zero() {
+    // Another user's job, read without the capabilities: no `io` at all.
+    let unreadable = |pid, start| {
+        let mut p = process(pid, start, 0.0, vec![]);
+        p.io = None;
+        p
+    };
+    let mut readable = process(10, 5, 0.0, vec![]);
+    readable.io = Some(IoCounters {
+        rchar: 50,
+        wchar: 20,
+        read_bytes: 4096,
+        write_bytes: 8192,
+    });
+    let snaps = chain(&[
+        sample(0.0, vec![job(unreadable(10, 5), vec![unreadable(11, 6)])]),
+        sample(1.0, vec![job(unreadable(10, 5), vec![unreadable(11, 6)])]),
+        // Readable from now on (capabilities granted, the daemon restarted
+        // into the same job, or a process the daemon may read joined).
+        sample(2.0, vec![job(readable.clone(), vec![unreadable(11, 6)])]),
+        sample(3.0, vec![job(readable, vec![unreadable(11, 6)])]),
+    ]);
+    for snap in &snaps[..2] {
+        let j = &snap.jobs[0];
+        assert_eq!(j.read_bytes_total, None);
+        assert_eq!(j.write_bytes_total, None);
+        assert_eq!(j.rchar_total, None);
+        assert_eq!(j.wchar_total, None);
+        assert_eq!(j.read_bytes_per_second, None, "no rate from nothing");
+    }
+    assert_eq!(snaps[1].jobs[0].cpu_cores, Some(0.0), "CPU is still read");
+    assert_eq!(snaps[2].jobs[0].read_bytes_total, Some(4096));
+    assert_eq!(snaps[2].jobs[0].write_bytes_total, Some(8192));
+    assert_eq!(snaps[2].jobs[0].read_bytes_per_second, None, "first sight");
+    assert_eq!(snaps[3].jobs[0].read_bytes_total, Some(4096));
+    assert_eq!(snaps[3].jobs[0].read_bytes_per_second, Some(0.0));
 }
 
 #[test]

@@ -93,14 +93,14 @@ pub fn encode(e: &mut DescriptorEncoder, s: &Snapshot) -> Result<(), std::fmt::E
         "stallwatch_job_read",
         "Bytes the job's processes read from storage (/proc/<pid>/io read_bytes).",
         Some(&Unit::Bytes),
-        per_job(jobs, |j| Some(j.read_bytes_total as f64)),
+        per_job(jobs, |j| j.read_bytes_total.map(|v| v as f64)),
     )?;
     counter(
         e,
         "stallwatch_job_write",
         "Bytes the job's processes wrote to storage (/proc/<pid>/io write_bytes).",
         Some(&Unit::Bytes),
-        per_job(jobs, |j| Some(j.write_bytes_total as f64)),
+        per_job(jobs, |j| j.write_bytes_total.map(|v| v as f64)),
     )?;
     gauge(
         e,

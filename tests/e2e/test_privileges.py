@@ -1,0 +1,151 @@
+"""The daemon run as an unprivileged user (nobody) with exactly the systemd
+unit's ambient capabilities, against a job owned by root: what it sees with
+those capabilities, and what it leaves out (and counts) without them."""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from daemon import BINARY, FAKE_NVML, Daemon, gpu
+from test_jobs import SPINNER, kill_group, wait_ready
+from unit_file import unit_capabilities
+
+NOBODY = 65534
+CAP_BITS = {"sys_ptrace": 19, "dac_read_search": 2}
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0, reason="needs root: the job must belong to root and the daemon to nobody"
+)
+
+
+@pytest.fixture(scope="module")
+def install_dir():
+    """The daemon and the stand-in library where nobody can read them
+    (the build tree may sit under a directory only root can enter)."""
+    d = Path(tempfile.mkdtemp(prefix="stallwatch-priv-"))
+    d.chmod(0o755)
+    shutil.copy2(BINARY, d / "stallwatch")
+    shutil.copy2(FAKE_NVML, d / "libnvidia_ml.so")
+    yield d
+    shutil.rmtree(d)
+
+
+@pytest.fixture
+def root_job(tmp_path):
+    """The spinner run as root, its output going to a file in a directory
+    only root can enter (as a training job's log usually is)."""
+    tmp_path.chmod(0o700)
+    log = tmp_path / "train.log"
+    out = open(log, "w")
+    p = subprocess.Popen([sys.executable, str(SPINNER)], stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    wait_ready(log)
+    yield p
+    kill_group(p)
+    out.close()
+
+
+def setpriv(caps):
+    """Runs the next command as nobody with `caps` as its only capabilities
+    (ambient, so they survive the exec into a binary without file capabilities)."""
+    prefix = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--no-new-privs"]
+    if caps:
+        spec = ",".join(f"+{cap}" for cap in caps)
+        prefix += [f"--inh-caps={spec}", f"--ambient-caps={spec}", f"--bounding-set=-all,{spec}"]
+    else:
+        prefix += ["--inh-caps=-all", "--bounding-set=-all"]
+    return prefix
+
+
+@pytest.fixture
+def unprivileged(install_dir):
+    made = []
+
+    def make(pid, caps):
+        d = Path(tempfile.mkdtemp(dir=install_dir))
+        d.chmod(0o755)
+        holding = {"pid": pid, "used_memory_bytes": 8 * 2**30, "sm_util": 5}
+        daemon = Daemon(
+            d,
+            {"gpus": [gpu(0, processes=[holding])]},
+            library=install_dir / "libnvidia_ml.so",
+            binary=install_dir / "stallwatch",
+            prefix=setpriv(caps),
+        )
+        # Readable by nobody whatever the umask.
+        daemon.config_path.chmod(0o644)
+        daemon.scenario_path.chmod(0o644)
+        made.append(daemon)
+        daemon.start()
+        assert_identity(daemon.process.pid, caps)
+        return daemon
+
+    yield make
+    for daemon in made:
+        assert daemon.stop() == 0, daemon.logs()
+
+
+def assert_identity(pid, caps):
+    """The daemon really runs as nobody, with exactly `caps` effective."""
+    status = dict(line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+    assert status["Uid"].split()[:2] == [str(NOBODY)] * 2
+    want = sum(1 << CAP_BITS[cap] for cap in caps)
+    assert int(status["CapEff"], 16) == want, status["CapEff"]
+    assert int(status["CapBnd"], 16) == want, status["CapBnd"]
+
+
+def test_unit_grants_the_two_capabilities_tested_here():
+    assert unit_capabilities() == sorted(CAP_BITS)
+
+
+def test_with_the_units_capabilities_a_root_job_is_read_whole(unprivileged, root_job):
+    d = unprivileged(root_job.pid, unit_capabilities())
+    pid = str(root_job.pid)
+    m = d.wait_for(
+        lambda m: m.has("stallwatch_job_read_bytes_total", pid=pid)
+        and m.has("stallwatch_job_last_output_timestamp_seconds", pid=pid)
+        and any(s.value > 0 for s in m.find("stallwatch_job_top_thread_cpu_ratio", pid=pid, thread="spinner")),
+        what="io counters, output recency and the pinned thread of the root job",
+    )
+    assert m.has("stallwatch_job_write_bytes_total", pid=pid)
+    assert abs(time.time() - m.value("stallwatch_job_last_output_timestamp_seconds", pid=pid)) < 3
+    time.sleep(1.0)  # a few more samples
+    m = d.metrics()
+    assert m.value("stallwatch_source_errors_total", source="proc_job") == 0, d.logs()
+    assert m.value("stallwatch_source_errors_total", source="proc_host") == 0, d.logs()
+
+
+def test_without_capabilities_io_and_output_are_left_out_and_counted(unprivileged, root_job):
+    d = unprivileged(root_job.pid, [])
+    pid = str(root_job.pid)
+    m = d.wait_for(
+        lambda m: any(s.value > 0 for s in m.find("stallwatch_job_top_thread_cpu_ratio", pid=pid, thread="spinner"))
+        and m.find("stallwatch_job_processes", pid=pid)[0].value == 2,
+        what="the root job's pinned thread and its child, read without capabilities",
+    )
+    # What stays: CPU, threads, memory, attribution, the host.
+    assert m.value("stallwatch_job_threads", pid=pid, state="running") >= 1
+    assert m.value("stallwatch_job_cpu_seconds_total", pid=pid) > 0
+    assert m.value("stallwatch_job_memory_rss_bytes", pid=pid) > 1 << 20
+    assert m.has("stallwatch_job_info", pid=pid)
+    assert m.has("stallwatch_host_cpu_utilization_ratio")
+    assert m.value("stallwatch_source_errors_total", source="proc_host") == 0
+    # What goes: storage io and output recency, left out rather than zero.
+    for name in (
+        "stallwatch_job_read_bytes_total",
+        "stallwatch_job_write_bytes_total",
+        "stallwatch_job_last_output_timestamp_seconds",
+    ):
+        assert not m.has(name, pid=pid), name
+    first = m.value("stallwatch_source_errors_total", source="proc_job")
+    assert first > 0
+    time.sleep(1.0)
+    later = d.metrics().value("stallwatch_source_errors_total", source="proc_job")
+    assert later > first, "every sample counts its failed reads"
+    # Counted, not logged: the log does not grow a line per sample.
+    assert "ermission denied" not in d.logs(), d.logs()
