@@ -10,13 +10,13 @@
 //! Run with `cargo bench -p stallwatch --bench history`. Any argument that is a
 //! number sets the iteration count (default 2000).
 
+use collector::snapshot::{GpuSnapshot, JobSnapshot, Snapshot, ThreadUsage};
+use stallwatch::history::{CAPACITY, History, POINT_BYTES};
 use std::hint::black_box;
 use std::io::Write;
-use std::time::{Duration, Instant};
 
-use collector::sample::Attribution;
-use collector::snapshot::{GpuSnapshot, JobSnapshot, Snapshot, ThreadStates, ThreadUsage};
-use stallwatch::history::{CAPACITY, History, POINT_BYTES};
+mod timing;
+use timing::{measure, report};
 
 const GPUS: u32 = 8;
 
@@ -37,16 +37,9 @@ fn snapshot(t: f64) -> Snapshot {
         jobs: (0..GPUS)
             .map(|i| JobSnapshot {
                 pid: 1000 + i,
-                start_ticks: 0,
                 comm: "python3".to_owned(),
-                state: 'S',
-                ppid: 1,
-                start_time_seconds: 0.0,
                 gpus: vec![i],
-                attribution: Attribution::default(),
                 processes: 9,
-                threads: ThreadStates::default(),
-                cpu_seconds_total: 0.0,
                 cpu_cores: Some(1.2),
                 top_threads: ["pt_data_worker", "python3", "pin_memory"]
                     .iter()
@@ -59,52 +52,11 @@ fn snapshot(t: f64) -> Snapshot {
                         cpu_ratio: wobble / (k as f64 + 1.0),
                     })
                     .collect(),
-                rss_bytes: 0,
-                read_bytes_total: 0,
-                write_bytes_total: 0,
-                rchar_total: 0,
-                wchar_total: 0,
-                read_bytes_per_second: None,
-                last_output_seconds: None,
+                ..JobSnapshot::default()
             })
             .collect(),
         ..Snapshot::default()
     }
-}
-
-struct Stats {
-    mean: f64,
-    p50: f64,
-    p99: f64,
-    max: f64,
-}
-
-fn measure(warmup: usize, iterations: usize, mut f: impl FnMut()) -> Stats {
-    for _ in 0..warmup {
-        f();
-    }
-    let mut times: Vec<Duration> = Vec::with_capacity(iterations);
-    for _ in 0..iterations {
-        let start = Instant::now();
-        f();
-        times.push(start.elapsed());
-    }
-    times.sort();
-    let us = |d: Duration| d.as_secs_f64() * 1e6;
-    let at = |q: f64| us(times[((times.len() as f64 * q) as usize).min(times.len() - 1)]);
-    Stats {
-        mean: times.iter().map(|d| us(*d)).sum::<f64>() / times.len() as f64,
-        p50: at(0.50),
-        p99: at(0.99),
-        max: us(*times.last().unwrap()),
-    }
-}
-
-fn report(name: &str, s: &Stats) {
-    println!(
-        "{name:<34} mean {:>8.1} µs   p50 {:>8.1} µs   p99 {:>8.1} µs   max {:>8.1} µs",
-        s.mean, s.p50, s.p99, s.max
-    );
 }
 
 fn main() {

@@ -1,5 +1,4 @@
-use collector::sample::Attribution;
-use collector::snapshot::{GpuSnapshot, JobSnapshot, Snapshot, ThreadStates, ThreadUsage};
+use collector::snapshot::{GpuSnapshot, JobSnapshot, Snapshot, ThreadUsage};
 use serde_json::{Value, json};
 
 use super::*;
@@ -27,25 +26,10 @@ fn thread(name: &str, cpu_ratio: f64) -> ThreadUsage {
 fn job(gpus: &[u32], top_threads: Vec<ThreadUsage>) -> JobSnapshot {
     JobSnapshot {
         pid: 1,
-        start_ticks: 0,
         comm: "python3".to_owned(),
-        state: 'S',
-        ppid: 1,
-        start_time_seconds: 0.0,
         gpus: gpus.to_vec(),
-        attribution: Attribution::default(),
-        processes: 1,
-        threads: ThreadStates::default(),
-        cpu_seconds_total: 0.0,
-        cpu_cores: None,
         top_threads,
-        rss_bytes: 0,
-        read_bytes_total: 0,
-        write_bytes_total: 0,
-        rchar_total: 0,
-        wchar_total: 0,
-        read_bytes_per_second: None,
-        last_output_seconds: None,
+        ..JobSnapshot::default()
     }
 }
 
