@@ -30,9 +30,11 @@ def chromium_binary():
 
 def load(url, *, budget_ms=5000, screenshot=None, window="1280,1000", timeout=60):
     """Loads `url` with `budget_ms` of virtual time for its script (timers run
-    ahead, network answers are awaited), then returns (dom, page_requests): the
-    URLs of every request the page made, the page itself first. With
-    `screenshot` (a path), saves a PNG of the window instead of the DOM."""
+    ahead, network answers are awaited), then returns (dom, requests, console):
+    the DOM as serialized HTML, the URLs of every request the page made (the
+    page itself first), and the page's console messages (script errors and
+    refused loads among them). With `screenshot` (a path), saves a PNG of the
+    window instead of the DOM."""
     with tempfile.TemporaryDirectory(prefix="chromium-") as tmp:
         net_log = Path(tmp) / "net-log.json"
         args = [
@@ -42,11 +44,14 @@ def load(url, *, budget_ms=5000, screenshot=None, window="1280,1000", timeout=60
             f"--log-net-log={net_log}",
             f"--virtual-time-budget={budget_ms}",
             f"--window-size={window}",
+            "--enable-logging=stderr",
+            "--v=0",
         ]
         args += [f"--screenshot={screenshot}"] if screenshot else ["--dump-dom"]
         r = subprocess.run([*args, url], capture_output=True, text=True, timeout=timeout)
         assert r.returncode == 0, f"chromium exited with {r.returncode}:\n{r.stderr[-3000:]}"
-        return r.stdout, page_requests(net_log, url)
+        console = [line.split(":CONSOLE", 1)[1] for line in r.stderr.splitlines() if ":CONSOLE" in line]
+        return r.stdout, page_requests(net_log, url), console
 
 
 def page_requests(net_log, page_url):

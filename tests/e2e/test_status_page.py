@@ -79,8 +79,9 @@ def test_page_shows_the_stalled_gpu_why_and_what_to_do(daemon_factory, jobs):
     assert "spinner" in g0["thread"], g0["thread"]
     assert h["time"] >= g0["t"][-1]
 
-    dom, requests = browser.load(d.url + "/", budget_ms=5000)
+    dom, requests, console = browser.load(d.url + "/", budget_ms=5000)
     page = BeautifulSoup(dom, "html.parser")
+    assert console == [], console  # no script error, nothing refused
 
     # Nothing fetched from anywhere but the daemon; the page did fetch its data.
     assert all(browser.origin(u) == d.url for u in requests), requests
@@ -129,7 +130,8 @@ def test_page_shows_the_stalled_gpu_why_and_what_to_do(daemon_factory, jobs):
 
 def test_page_says_when_nvml_is_down_and_when_the_daemon_is_unreachable(daemon_factory, tmp_path):
     d = daemon_factory(library=tmp_path / "missing.so").start()
-    dom, _ = browser.load(d.url + "/", budget_ms=3000)
+    dom, _, console = browser.load(d.url + "/", budget_ms=3000)
+    assert console == [], console
     page = BeautifulSoup(dom, "html.parser")
     banner = page.select_one("#banner")
     assert not banner.has_attr("hidden") and "NVML is unavailable" in text(banner)
@@ -140,7 +142,7 @@ def test_page_says_when_nvml_is_down_and_when_the_daemon_is_unreachable(daemon_f
     assert code == 200
     saved = tmp_path / "status.html"
     saved.write_bytes(html)
-    dom, _ = browser.load(saved.as_uri(), budget_ms=3000)
+    dom, _, _ = browser.load(saved.as_uri(), budget_ms=3000)
     banner = BeautifulSoup(dom, "html.parser").select_one("#banner")
     assert not banner.has_attr("hidden")
     assert text(banner).startswith("Cannot reach the stallwatch daemon"), text(banner)
