@@ -117,7 +117,7 @@ impl ClockEventReason {
 }
 
 /// A job: a GPU-holding process and its descendants.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct JobSnapshot {
     /// Pid of the GPU-holding process.
     pub pid: u32,

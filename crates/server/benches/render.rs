@@ -13,7 +13,6 @@
 
 use std::hint::black_box;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use collector::delta::derive;
 use collector::sample::{
@@ -25,6 +24,9 @@ use collector::snapshot::Snapshot;
 use diagnosis::{DiagnosisConfig, Engine, GpuStatus};
 use stallwatch::frame;
 use stallwatch::metrics::{Format, Scrape, render};
+
+mod timing;
+use timing::{measure, report};
 
 const GPUS: u32 = 8;
 const CHILDREN_PER_JOB: u32 = 8;
@@ -226,42 +228,6 @@ fn time_diagnosis(warmup: usize, iterations: usize, interval: f64, label: &str) 
         black_box((events, engine.status()));
     });
     report(label, &stats);
-}
-
-struct Stats {
-    mean: f64,
-    p50: f64,
-    p99: f64,
-    max: f64,
-}
-
-/// Runs `f` `warmup` times untimed, then `iterations` times, each timed.
-fn measure(warmup: usize, iterations: usize, mut f: impl FnMut()) -> Stats {
-    for _ in 0..warmup {
-        f();
-    }
-    let mut times: Vec<Duration> = Vec::with_capacity(iterations);
-    for _ in 0..iterations {
-        let start = Instant::now();
-        f();
-        times.push(start.elapsed());
-    }
-    times.sort();
-    let us = |d: Duration| d.as_secs_f64() * 1e6;
-    let at = |q: f64| us(times[((times.len() as f64 * q) as usize).min(times.len() - 1)]);
-    Stats {
-        mean: times.iter().map(|d| us(*d)).sum::<f64>() / times.len() as f64,
-        p50: at(0.50),
-        p99: at(0.99),
-        max: us(*times.last().unwrap()),
-    }
-}
-
-fn report(name: &str, s: &Stats) {
-    println!(
-        "{name:<34} mean {:>8.1} µs   p50 {:>8.1} µs   p99 {:>8.1} µs   max {:>8.1} µs",
-        s.mean, s.p50, s.p99, s.max
-    );
 }
 
 fn main() {

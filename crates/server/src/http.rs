@@ -12,7 +12,7 @@ use tower_http::CompressionLevel;
 use tower_http::compression::CompressionLayer;
 
 use crate::sampler::{LatestRx, SharedEngine};
-use crate::{api, health, metrics};
+use crate::{api, health, history_api, metrics, page};
 
 #[derive(Clone)]
 pub struct AppState {
@@ -28,6 +28,8 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(healthz_handler))
         .route("/api/v1/status", get(api::status))
         .route("/api/v1/events", get(api::events))
+        .route("/api/v1/history", get(history_api::history))
+        .route("/", get(page::status_page))
         .fallback(not_found)
         // Fastest gzip: a quarter of the default level's CPU, a slightly larger body.
         .layer(CompressionLayer::new().quality(CompressionLevel::Fastest))
@@ -72,7 +74,8 @@ async fn healthz_handler(State(state): State<AppState>) -> Response {
 async fn not_found() -> Response {
     (
         StatusCode::NOT_FOUND,
-        "not found; stallwatch serves /metrics, /healthz, /api/v1/status and /api/v1/events\n",
+        "not found; stallwatch serves / (status page), /metrics, /healthz, /api/v1/status, \
+         /api/v1/events and /api/v1/history\n",
     )
         .into_response()
 }

@@ -1,5 +1,6 @@
 //! The `stallwatch` daemon: configuration, the sampling loop, the HTTP
-//! server (`/metrics`, `/healthz`) and the command line.
+//! server (`/metrics`, `/healthz`, the JSON API and the status page) and the
+//! command line.
 
 pub mod api;
 pub mod check;
@@ -7,10 +8,13 @@ pub mod cli;
 pub mod config;
 pub mod frame;
 pub mod health;
+pub mod history;
+pub mod history_api;
 pub mod http;
 pub mod logging;
 pub mod metrics;
 pub mod notify;
+pub mod page;
 pub mod report;
 pub mod run;
 pub mod sampler;

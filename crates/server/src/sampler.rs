@@ -1,7 +1,7 @@
 //! The sampling loop: its own OS thread and interval timer. Each tick takes a
 //! raw sample, derives a snapshot from it and the previous one, runs the
-//! diagnosis on it, publishes both for scrapes and the API, and pings the
-//! systemd watchdog.
+//! diagnosis on it, adds it to the short history, publishes both for scrapes
+//! and the API, and pings the systemd watchdog.
 
 use std::io::Write;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -17,14 +17,17 @@ use collector::snapshot::Snapshot;
 use diagnosis::{Engine, Event, GpuStatus, Phase};
 use tokio::sync::watch;
 
+use crate::history::{History, SharedHistory};
 use crate::{frame, notify};
 
-/// The latest snapshot, the diagnosis made from it, and when it finished.
+/// The latest snapshot, the diagnosis made from it, and when it finished;
+/// with the history it was added to (the same one for every sample).
 #[derive(Debug, Clone)]
 pub struct Latest {
     pub snapshot: Arc<Snapshot>,
     pub diagnosis: Arc<Vec<GpuStatus>>,
     pub finished: Instant,
+    pub history: SharedHistory,
 }
 
 pub type LatestRx = watch::Receiver<Option<Latest>>;
@@ -50,10 +53,11 @@ impl Sampler {
             .name("sampler".into())
             .spawn(move || {
                 let mut prev: Option<(Sample, Arc<Snapshot>)> = None;
+                let history = History::shared();
                 let mut next = Instant::now();
                 loop {
                     // A reader bug must not end sampling: skip that tick.
-                    match catch_unwind(AssertUnwindSafe(|| self.tick(prev.as_ref()))) {
+                    match catch_unwind(AssertUnwindSafe(|| self.tick(prev.as_ref(), &history))) {
                         Ok((sample, latest)) => {
                             prev = Some((sample, latest.snapshot.clone()));
                             publish.send_replace(Some(latest));
@@ -68,7 +72,11 @@ impl Sampler {
             })
     }
 
-    fn tick(&mut self, prev: Option<&(Sample, Arc<Snapshot>)>) -> (Sample, Latest) {
+    fn tick(
+        &mut self,
+        prev: Option<&(Sample, Arc<Snapshot>)>,
+        history: &SharedHistory,
+    ) -> (Sample, Latest) {
         let sample = self.collector.sample();
         let snapshot = Arc::new(derive(prev.map(|(s, n)| (s, &**n)), &sample));
         let frame = frame::from_snapshot(&snapshot);
@@ -86,10 +94,15 @@ impl Sampler {
             (events, engine.status())
         };
         events.iter().for_each(log_event);
+        history
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .record(&snapshot);
         let latest = Latest {
             snapshot,
             diagnosis: Arc::new(status),
             finished: Instant::now(),
+            history: history.clone(),
         };
         (sample, latest)
     }
