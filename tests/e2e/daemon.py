@@ -93,7 +93,9 @@ class Metrics:
 
 
 class Daemon:
-    def __init__(self, tmp_path, scenario=None, config="", library=FAKE_NVML, interval="250ms"):
+    def __init__(
+        self, tmp_path, scenario=None, config="", library=FAKE_NVML, interval="250ms", server=""
+    ):
         assert BINARY.exists(), f"{BINARY} missing: run `cargo build --workspace` first"
         assert FAKE_NVML.exists(), f"{FAKE_NVML} missing: run `cargo build --workspace` first"
         self.dir = tmp_path
@@ -106,7 +108,7 @@ class Daemon:
         if scenario is not None:
             self.set_scenario(scenario)
         self.config_path.write_text(
-            f'[server]\nlisten = "127.0.0.1:{self.port}"\n'
+            f'[server]\nlisten = "127.0.0.1:{self.port}"\n{server}'
             f'[sampling]\ninterval = "{interval}"\n'
             f'[gpu]\nnvml_library = "{library}"\ntimeout = "100ms"\ninit_retry_max = "2s"\n'
             + config

@@ -2,16 +2,22 @@
 //! server (`/metrics`, `/healthz`) and the command line.
 
 pub mod api;
+pub mod basic_auth;
 pub mod check;
 pub mod cli;
 pub mod config;
+pub mod conn_activity;
 pub mod frame;
 pub mod health;
 pub mod http;
+pub mod limits;
 pub mod logging;
 pub mod metrics;
 pub mod notify;
 pub mod report;
 pub mod run;
 pub mod sampler;
+pub mod serve;
 pub mod status_cmd;
+pub mod tls;
+pub mod web_config;
