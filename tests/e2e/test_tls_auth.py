@@ -3,6 +3,7 @@ clients (Python ssl, curl, openssl s_client) and a real Prometheus, with certifi
 made here by the openssl command."""
 
 import base64
+import os
 import ssl
 import subprocess
 import time
@@ -18,10 +19,36 @@ SCENARIO = {"gpus": [gpu(0, utilization_gpu=42)]}
 USER, PASSWORD = "prometheus", "s3cret"
 # bcrypt of PASSWORD at cost 10, as `htpasswd -nbB` writes it.
 HASH = "$2y$10$oGDU.u.oEdSnW58w5qM7JukbWsPRBeaI3kuYwU1jBoZ7eQHeYuZGC"
+NEW_PASSWORD = "stallwatch"
+NEW_HASH = "$2b$10$5Q7awWuCqIfDDsVyP3psxOB4RN3GXwtmW7GHRHFDYVSMU6bMyd32C"
 
 
 def openssl(*args):
     subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+
+def make_key(d, name):
+    openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256",
+            "-out", str(d / f"{name}.key"))
+
+
+def make_ca(d, name):
+    make_key(d, name)
+    openssl("req", "-x509", "-new", "-key", str(d / f"{name}.key"), "-out",
+            str(d / f"{name}.crt"), "-days", "2", "-subj", f"/CN=stallwatch test {name}")
+
+
+def make_cert(d, ca, name, ext):
+    make_key(d, name)
+    (d / f"{name}.ext").write_text(ext + "\n")
+    openssl("req", "-new", "-key", str(d / f"{name}.key"), "-out", str(d / f"{name}.csr"),
+            "-subj", f"/CN={name}")
+    openssl("x509", "-req", "-in", str(d / f"{name}.csr"), "-CA", str(d / f"{ca}.crt"),
+            "-CAkey", str(d / f"{ca}.key"), "-CAcreateserial", "-days", "2",
+            "-extfile", str(d / f"{name}.ext"), "-out", str(d / f"{name}.crt"))
+
+
+SERVER_EXT = "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth"
 
 
 @pytest.fixture
@@ -29,37 +56,23 @@ def pki(tmp_path):
     """A CA, a server certificate for 127.0.0.1 and a client certificate, all EC P-256."""
     d = tmp_path / "pki"
     d.mkdir()
-
-    def key(name):
-        openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256",
-                "-out", str(d / f"{name}.key"))
-
-    key("ca")
-    openssl("req", "-x509", "-new", "-key", str(d / "ca.key"), "-out", str(d / "ca.crt"),
-            "-days", "2", "-subj", "/CN=stallwatch test CA")
-    for name, ext in [
-        ("server", "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth"),
-        ("client", "extendedKeyUsage=clientAuth"),
-    ]:
-        key(name)
-        (d / f"{name}.ext").write_text(ext + "\n")
-        openssl("req", "-new", "-key", str(d / f"{name}.key"), "-out", str(d / f"{name}.csr"),
-                "-subj", f"/CN={name}")
-        openssl("x509", "-req", "-in", str(d / f"{name}.csr"), "-CA", str(d / "ca.crt"),
-                "-CAkey", str(d / "ca.key"), "-CAcreateserial", "-days", "2",
-                "-extfile", str(d / f"{name}.ext"), "-out", str(d / f"{name}.crt"))
+    make_ca(d, "ca")
+    make_cert(d, "ca", "server", SERVER_EXT)
+    make_cert(d, "ca", "client", "extendedKeyUsage=clientAuth")
     return d
 
 
-def web_config(d, pki, tls_extra=""):
+def web_config(d, pki, tls_extra="", password_hash=HASH):
     path = d.dir / "web-config.yml"
-    path.write_text(
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(
         "tls_server_config:\n"
         f"  cert_file: {pki / 'server.crt'}\n"
         f"  key_file: {pki / 'server.key'}\n"
         + tls_extra
-        + f"basic_auth_users:\n  {USER}: {HASH}\n"
+        + f"basic_auth_users:\n  {USER}: {password_hash}\n"
     )
+    os.replace(tmp, path)
     return path
 
 
@@ -206,3 +219,45 @@ def test_prometheus_scrapes_over_tls_with_basic_auth(daemon_factory, pki, promet
     wait_query(base, 'up{job="stallwatch"} == 1')
     util = wait_query(base, 'stallwatch_gpu_utilization_ratio{gpu="0"}')
     assert float(util[0]["value"][1]) == 0.42
+
+
+def wait_until(check, what, timeout=10):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"not within {timeout}s: {what}")
+
+
+def test_rotated_certificates_and_changed_passwords_apply_without_restart(daemon_factory, pki):
+    d = daemon_factory(SCENARIO)
+    old_ca = start_tls(d, pki)
+    # Rotate: a certificate from a new CA replaces the server's files.
+    rotated = pki / "rotated"
+    rotated.mkdir()
+    make_ca(rotated, "ca2")
+    make_cert(rotated, "ca2", "server", SERVER_EXT)
+    for name in ("server.key", "server.crt"):
+        os.replace(rotated / name, pki / name)
+    new_ca = ssl.create_default_context(cafile=str(rotated / "ca2.crt"))
+    wait_until(lambda: https_get(d, "/metrics", new_ca, auth_header())[0] == 200,
+               "new connections get the rotated certificate")
+    with pytest.raises(urllib.error.URLError):
+        https_get(d, "/metrics", old_ca, auth_header())
+    # A new password hash: the old password stops working, the new one works.
+    path = web_config(d, pki, password_hash=NEW_HASH)
+    wait_until(lambda: https_get(d, "/metrics", new_ca, auth_header(password=NEW_PASSWORD))[0]
+               == 200, "the new password is accepted")
+    assert https_get(d, "/metrics", new_ca, auth_header())[0] == 401
+    # A broken file is logged (when a connection comes) and the config before it stays.
+    path.write_text("tls_server_config:\n  cert_fil: x\n")
+    wait_until(
+        lambda: https_get(d, "/metrics", new_ca, auth_header(password=NEW_PASSWORD))[0] == 200
+        and "cert_fil" in d.logs(),
+        "the error is logged while the previous config keeps serving",
+    )
+    assert "keeping the web config loaded before" in d.logs()

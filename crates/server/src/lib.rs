@@ -21,3 +21,4 @@ pub mod serve;
 pub mod status_cmd;
 pub mod tls;
 pub mod web_config;
+pub mod web_config_reload;

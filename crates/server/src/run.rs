@@ -18,6 +18,7 @@ use crate::logging;
 use crate::notify;
 use crate::sampler::Sampler;
 use crate::web_config::{WebConfig, WebConfigError};
+use crate::web_config_reload::WebConfigSource;
 
 /// Exit status for a configuration the daemon cannot use.
 pub const EXIT_CONFIG: u8 = 2;
@@ -127,6 +128,7 @@ fn serve(config: Config, web: WebConfig, record_frames: Option<PathBuf>) -> anyh
             tracing::warn!("basic auth without TLS: passwords cross the network in clear text");
         }
         notify::ready();
+        let web = WebConfigSource::new(config.server.web_config_file().map(Into::into), web);
         crate::serve::run(listener, app, &config.server, web, shutdown_signal()).await;
         notify::stopping();
         let _ = stop_tx.send(());

@@ -1,7 +1,8 @@
 //! The accept loop and each connection's life: at most `max_connections` at
 //! once (a waiting connection makes the one idle longest close), TLS when
 //! configured, HTTP/1.1 with header limits, and the header read, idle and
-//! request timeouts. On shutdown it stops accepting, lets requests in
+//! request timeouts. Each connection uses the web config current when it
+//! was accepted. On shutdown it stops accepting, lets requests in
 //! progress finish (within the request timeout) and closes the rest.
 
 use std::convert::Infallible;
@@ -26,11 +27,11 @@ use crate::config::ServerConfig;
 use crate::conn_activity::{Activity, Phase, Registry, Timeouts, Watched};
 use crate::limits;
 use crate::web_config::WebConfig;
+use crate::web_config_reload::WebConfigSource;
 
 struct Shared {
     router: Router,
-    web: WebConfig,
-    tls: Option<tokio_rustls::TlsAcceptor>,
+    web: WebConfigSource,
     http: http1::Builder,
     timeouts: Timeouts,
     max_uri_bytes: usize,
@@ -42,7 +43,7 @@ pub async fn run(
     listener: TcpListener,
     router: Router,
     config: &ServerConfig,
-    web: WebConfig,
+    web: WebConfigSource,
     shutdown: impl Future<Output = ()>,
 ) {
     let mut http = http1::Builder::new();
@@ -57,7 +58,6 @@ pub async fn run(
     };
     let shared = Arc::new(Shared {
         router,
-        tls: web.tls.clone().map(tokio_rustls::TlsAcceptor::from),
         web,
         http,
         timeouts,
@@ -126,9 +126,11 @@ async fn connection(
 ) {
     let entry = shared.registry.add();
     let activity = entry.activity.clone();
-    match &shared.tls {
-        None => drive(stream, shared, activity, stop).await,
-        Some(acceptor) => {
+    let web = shared.web.current();
+    match web.tls.clone() {
+        None => drive(stream, shared, web, activity, stop).await,
+        Some(tls) => {
+            let acceptor = tokio_rustls::TlsAcceptor::from(tls);
             let handshake = async {
                 if plain_http(&stream).await {
                     let mut stream = stream;
@@ -149,7 +151,7 @@ async fn connection(
                 () = evicted(&activity) => return,
             };
             if let Ok(Some(tls)) = tls {
-                drive(tls, shared, activity, stop).await;
+                drive(tls, shared, web, activity, stop).await;
             }
         }
     }
@@ -174,6 +176,7 @@ async fn evicted(activity: &Activity) {
 async fn drive<I>(
     io: I,
     shared: Arc<Shared>,
+    web: Arc<WebConfig>,
     activity: Arc<Activity>,
     mut stop: watch::Receiver<bool>,
 ) where
@@ -181,8 +184,8 @@ async fn drive<I>(
 {
     let io = TokioIo::new(Watched::new(io, activity.clone()));
     let service = {
-        let (shared, activity) = (shared.clone(), activity.clone());
-        service_fn(move |req| handle(req, shared.clone(), activity.clone()))
+        let (shared, web, activity) = (shared.clone(), web, activity.clone());
+        service_fn(move |req| handle(req, shared.clone(), web.clone(), activity.clone()))
     };
     let conn = shared.http.serve_connection(io, service);
     tokio::pin!(conn);
@@ -215,11 +218,12 @@ async fn drive<I>(
 async fn handle(
     req: Request<Incoming>,
     shared: Arc<Shared>,
+    web: Arc<WebConfig>,
     activity: Arc<Activity>,
 ) -> Result<Response<Body>, Infallible> {
     let busy = activity.begin();
-    let mut response = respond(req, &shared).await;
-    for (name, value) in &shared.web.headers {
+    let mut response = respond(req, &shared, &web).await;
+    for (name, value) in &web.headers {
         response.headers_mut().insert(name.clone(), value.clone());
     }
     // The request stays busy until its body has been handed to the connection.
@@ -231,11 +235,11 @@ async fn handle(
     }))
 }
 
-async fn respond(req: Request<Incoming>, shared: &Shared) -> Response<Body> {
+async fn respond(req: Request<Incoming>, shared: &Shared, web: &WebConfig) -> Response<Body> {
     if let Some(refused) = limits::check(&req, shared.max_uri_bytes) {
         return refused;
     }
-    if let Some(auth) = &shared.web.auth
+    if let Some(auth) = &web.auth
         && let Err(refused) = auth.check(req.headers()).await
     {
         return refused;

@@ -56,6 +56,8 @@ pub struct WebConfig {
     pub auth: Option<Arc<BasicAuth>>,
     /// Added to every response.
     pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// The files it was built from besides the web config file itself.
+    pub files: Vec<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -149,7 +151,19 @@ impl WebConfigFile {
                 headers.push(header(name, value)?);
             }
         }
-        Ok(WebConfig { tls, auth, headers })
+        let files = self
+            .tls_server_config
+            .iter()
+            .flat_map(|t| [&t.cert_file, &t.key_file, &t.client_ca_file])
+            .filter(|f| !f.is_empty())
+            .map(|f| dir.join(f))
+            .collect();
+        Ok(WebConfig {
+            tls,
+            auth,
+            headers,
+            files,
+        })
     }
 }
 
