@@ -97,20 +97,29 @@ def https_get(d, path, ctx, headers=None):
         return e.code, e.headers, e.read()
 
 
+def wait_until(check, what, timeout=10):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"not within {timeout}s: {what}")
+
+
 def start_tls(d, pki, tls_extra="", client_cert=False):
     path = web_config(d, pki, tls_extra)
     d.start(wait=False, args=["--web.config.file", str(path)])
     ctx = context(pki, client_cert)
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
+
+    def healthy():
         assert d.process.poll() is None, d.logs()
-        try:
-            if https_get(d, "/healthz", ctx, auth_header())[0] == 200:
-                return ctx
-        except OSError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"daemon not healthy over TLS: {d.logs()}")
+        return https_get(d, "/healthz", ctx, auth_header())[0] == 200
+
+    wait_until(healthy, "daemon healthy over TLS", timeout=15)
+    return ctx
 
 
 def test_basic_auth_over_tls(daemon_factory, pki):
@@ -219,18 +228,6 @@ def test_prometheus_scrapes_over_tls_with_basic_auth(daemon_factory, pki, promet
     wait_query(base, 'up{job="stallwatch"} == 1')
     util = wait_query(base, 'stallwatch_gpu_utilization_ratio{gpu="0"}')
     assert float(util[0]["value"][1]) == 0.42
-
-
-def wait_until(check, what, timeout=10):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if check():
-                return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"not within {timeout}s: {what}")
 
 
 def test_rotated_certificates_and_changed_passwords_apply_without_restart(daemon_factory, pki):
