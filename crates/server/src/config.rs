@@ -39,7 +39,8 @@ pub struct ServerConfig {
     /// How long a kept-alive connection may wait for its next request.
     #[serde(with = "humantime_serde")]
     pub idle_timeout: Duration,
-    /// How long one request may take, from its headers to its last byte out.
+    /// How long a request may take from its headers to its response being
+    /// handed over, and how long a write may wait on a client not reading.
     #[serde(with = "humantime_serde")]
     pub request_timeout: Duration,
     /// Largest request head (request line and headers) in bytes.

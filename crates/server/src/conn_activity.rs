@@ -3,8 +3,10 @@
 //!
 //! A connection is reading a request head from the moment it is accepted and
 //! from the first byte of each later request (the header read timeout runs),
-//! busy from a request's dispatch until its response body is done (the
-//! request timeout runs), and idle in between (the idle timeout runs).
+//! busy from a request's dispatch until its response body is handed to
+//! hyper (the request timeout runs), and idle in between (the idle timeout
+//! runs). A write the client does not take (a client that stopped reading)
+//! may also wait no longer than the request timeout.
 
 use std::collections::HashMap;
 use std::io;
@@ -36,6 +38,8 @@ struct State {
     phase: Phase,
     since: Instant,
     busy: usize,
+    /// Since when a write has waited for the client to read.
+    write_blocked: Option<Instant>,
 }
 
 /// The timeouts of [`Activity::deadline`].
@@ -53,6 +57,7 @@ impl Activity {
                 phase: Phase::Head,
                 since: Instant::now(),
                 busy: 0,
+                write_blocked: None,
             }),
             changed: Notify::new(),
         }
@@ -72,8 +77,9 @@ impl Activity {
         self.lock().phase
     }
 
-    /// When the current phase runs out, and which phase that is.
-    pub fn deadline(&self, t: &Timeouts) -> (Phase, Instant) {
+    /// When the connection runs out of time, the phase it is in, and
+    /// whether a blocked write is what runs out first.
+    pub fn deadline(&self, t: &Timeouts) -> (Phase, Instant, bool) {
         let s = self.lock();
         let limit = match s.phase {
             Phase::Head => t.header_read,
@@ -81,7 +87,13 @@ impl Activity {
             Phase::Idle => t.idle,
             Phase::Evicted => Duration::ZERO,
         };
-        (s.phase, s.since + limit)
+        let phase_end = s.since + limit;
+        match s.write_blocked {
+            Some(blocked) if blocked + t.request < phase_end => {
+                (s.phase, blocked + t.request, true)
+            }
+            _ => (s.phase, phase_end, false),
+        }
     }
 
     /// Resolves after the phase changed (or was changed before the call).
@@ -103,6 +115,18 @@ impl Activity {
         let mut s = self.lock();
         if s.phase == Phase::Idle {
             self.set(&mut s, Phase::Head);
+        }
+    }
+
+    fn write_result<T>(&self, result: &Poll<T>) {
+        let mut s = self.lock();
+        match (result.is_pending(), s.write_blocked.is_some()) {
+            (true, false) => {
+                s.write_blocked = Some(Instant::now());
+                self.changed.notify_one();
+            }
+            (false, true) => s.write_blocked = None,
+            _ => {}
         }
     }
 
@@ -215,11 +239,15 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        let result = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.activity.write_result(&result);
+        result
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
+        let result = Pin::new(&mut self.inner).poll_flush(cx);
+        self.activity.write_result(&result);
+        result
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -231,7 +259,9 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+        let result = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.activity.write_result(&result);
+        result
     }
 
     fn is_write_vectored(&self) -> bool {

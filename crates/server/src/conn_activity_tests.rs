@@ -35,3 +35,24 @@ fn eviction_takes_the_longest_waiting_connection_and_spares_busy_ones() {
     drop(old);
     assert_eq!(registry.lock().len(), 2);
 }
+
+#[test]
+fn a_blocked_write_runs_out_after_the_request_timeout() {
+    let t = super::Timeouts {
+        header_read: Duration::from_secs(10),
+        idle: Duration::from_secs(120),
+        request: Duration::from_secs(30),
+    };
+    let registry = Arc::new(Registry::default());
+    let conn = registry.add();
+    let a = &conn.activity;
+    drop(a.begin());
+    let (phase, idle_end, blocked) = a.deadline(&t);
+    assert_eq!((phase, blocked), (Phase::Idle, false));
+    a.write_result(&std::task::Poll::<()>::Pending);
+    let (phase, end, blocked) = a.deadline(&t);
+    assert_eq!((phase, blocked), (Phase::Idle, true));
+    assert!(end < idle_end);
+    a.write_result(&std::task::Poll::Ready(()));
+    assert!(!a.deadline(&t).2);
+}

@@ -191,7 +191,7 @@ async fn drive<I>(
     tokio::pin!(conn);
     let mut stopping = *stop.borrow();
     loop {
-        let (phase, deadline) = activity.deadline(&shared.timeouts);
+        let (phase, deadline, write_blocked) = activity.deadline(&shared.timeouts);
         if stopping && phase != Phase::Busy {
             return;
         }
@@ -204,7 +204,7 @@ async fn drive<I>(
             }
             () = activity.changed() => {}
             () = tokio::time::sleep_until(deadline) => {
-                tracing::debug!(?phase, "connection timed out; closing it");
+                tracing::debug!(?phase, write_blocked, "connection timed out; closing it");
                 return;
             }
             _ = stop.changed(), if !stopping => {
