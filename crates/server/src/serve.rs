@@ -146,9 +146,11 @@ async fn connection(
                     }
                 }
             };
+            let mut stopping = stop.clone();
             let tls = tokio::select! {
                 tls = tokio::time::timeout(shared.timeouts.header_read, handshake) => tls,
                 () = evicted(&activity) => return,
+                _ = stopping.wait_for(|stop| *stop) => return,
             };
             if let Ok(Some(tls)) = tls {
                 drive(tls, shared, web, activity, stop).await;
