@@ -75,8 +75,8 @@ impl ServerConfig {
     }
 
     fn validate(&self) -> Result<(), (&'static str, &'static str)> {
-        if self.max_connections == 0 {
-            return Err(("server.max_connections", "must be at least 1"));
+        if !(1..=1_000_000).contains(&self.max_connections) {
+            return Err(("server.max_connections", "must be between 1 and 1000000"));
         }
         let timeouts = [
             ("server.header_read_timeout", self.header_read_timeout),
@@ -84,15 +84,18 @@ impl ServerConfig {
             ("server.request_timeout", self.request_timeout),
         ];
         for (key, value) in timeouts {
-            if value < Duration::from_millis(100) {
-                return Err((key, "must be at least 100ms"));
+            if value < Duration::from_millis(100) || value > Duration::from_secs(86400) {
+                return Err((key, "must be between 100ms and 1d"));
             }
         }
-        if self.max_header_bytes < 1024 {
-            return Err(("server.max_header_bytes", "must be at least 1024"));
+        if !(1024..=1 << 20).contains(&self.max_header_bytes) {
+            return Err((
+                "server.max_header_bytes",
+                "must be between 1024 and 1048576",
+            ));
         }
-        if self.max_headers == 0 {
-            return Err(("server.max_headers", "must be at least 1"));
+        if !(1..=10_000).contains(&self.max_headers) {
+            return Err(("server.max_headers", "must be between 1 and 10000"));
         }
         if self.max_uri_bytes < 16 || self.max_uri_bytes > self.max_header_bytes {
             return Err((
