@@ -94,9 +94,18 @@ class Metrics:
 
 class Daemon:
     def __init__(
-        self, tmp_path, scenario=None, config="", library=FAKE_NVML, interval="250ms", binary=BINARY, prefix=()
+        self,
+        tmp_path,
+        scenario=None,
+        config="",
+        library=FAKE_NVML,
+        interval="250ms",
+        binary=BINARY,
+        prefix=(),
+        server="",
     ):
-        """`binary` runs under `prefix` (a command such as setpriv that execs its arguments)."""
+        """`binary` runs under `prefix` (a command such as setpriv that execs its arguments);
+        `server` is extra TOML lines for the `[server]` table."""
         assert BINARY.exists(), f"{BINARY} missing: run `cargo build --workspace` first"
         assert FAKE_NVML.exists(), f"{FAKE_NVML} missing: run `cargo build --workspace` first"
         self.dir = tmp_path
@@ -109,7 +118,7 @@ class Daemon:
         if scenario is not None:
             self.set_scenario(scenario)
         self.config_path.write_text(
-            f'[server]\nlisten = "127.0.0.1:{self.port}"\n'
+            f'[server]\nlisten = "127.0.0.1:{self.port}"\n{server}'
             f'[sampling]\ninterval = "{interval}"\n'
             f'[gpu]\nnvml_library = "{library}"\ntimeout = "100ms"\ninit_retry_max = "2s"\n'
             + config

@@ -17,13 +17,14 @@ def prometheus(tmp_path):
     assert binary, "prometheus not installed: run scripts/install-test-deps"
     procs = []
 
-    def start(target):
+    def start(target, scrape_extra=""):
+        """Scrapes target; scrape_extra adds lines to its job (indented by 4)."""
         port = free_port()
         config = tmp_path / "prometheus.yml"
         config.write_text(
             "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n"
             "scrape_configs:\n  - job_name: stallwatch\n"
-            f"    static_configs:\n      - targets: ['{target}']\n"
+            f"    static_configs:\n      - targets: ['{target}']\n" + scrape_extra
         )
         log = open(tmp_path / "prometheus.log", "wb")
         p = subprocess.Popen(

@@ -60,6 +60,10 @@ pub struct RunArgs {
     /// Listen address; overrides `server.listen`.
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<SocketAddr>,
+    /// Web config file for TLS and basic auth (the Prometheus exporters'
+    /// web-config.yml format); overrides `server.web_config`.
+    #[arg(long = "web.config.file", value_name = "PATH")]
+    pub web_config_file: Option<PathBuf>,
     /// Append every frame the diagnosis sees to this file as JSON lines (for
     /// replaying a run through the detectors).
     #[arg(long, value_name = "PATH")]

@@ -27,13 +27,83 @@ pub struct Config {
 pub struct ServerConfig {
     /// Address the HTTP server listens on.
     pub listen: SocketAddr,
+    /// Web config file (TLS, basic auth) in the Prometheus exporters'
+    /// `web-config.yml` format; empty serves plain HTTP without auth.
+    pub web_config: PathBuf,
+    /// Most connections open at once; more wait in the listen queue.
+    pub max_connections: usize,
+    /// How long a client has to send a request's headers (and the TLS
+    /// handshake) from connecting or from the request's first byte.
+    #[serde(with = "humantime_serde")]
+    pub header_read_timeout: Duration,
+    /// How long a kept-alive connection may wait for its next request.
+    #[serde(with = "humantime_serde")]
+    pub idle_timeout: Duration,
+    /// How long a request may take from its headers to its response being
+    /// handed over, and how long a write may wait on a client not reading.
+    #[serde(with = "humantime_serde")]
+    pub request_timeout: Duration,
+    /// Largest request head (request line and headers) in bytes.
+    pub max_header_bytes: usize,
+    /// Most request headers.
+    pub max_headers: usize,
+    /// Longest request URI in bytes.
+    pub max_uri_bytes: usize,
 }
 
 impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             listen: SocketAddr::from(([0, 0, 0, 0], 9847)),
+            web_config: PathBuf::new(),
+            max_connections: 256,
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(120),
+            request_timeout: Duration::from_secs(30),
+            max_header_bytes: 8192,
+            max_headers: 64,
+            max_uri_bytes: 2048,
         }
+    }
+}
+
+impl ServerConfig {
+    /// The web config file to load, `None` for plain HTTP without auth.
+    pub fn web_config_file(&self) -> Option<&Path> {
+        let path = self.web_config.as_path();
+        (!path.as_os_str().is_empty()).then_some(path)
+    }
+
+    fn validate(&self) -> Result<(), (&'static str, &'static str)> {
+        if !(1..=1_000_000).contains(&self.max_connections) {
+            return Err(("server.max_connections", "must be between 1 and 1000000"));
+        }
+        let timeouts = [
+            ("server.header_read_timeout", self.header_read_timeout),
+            ("server.idle_timeout", self.idle_timeout),
+            ("server.request_timeout", self.request_timeout),
+        ];
+        for (key, value) in timeouts {
+            if value < Duration::from_millis(100) || value > Duration::from_secs(86400) {
+                return Err((key, "must be between 100ms and 1d"));
+            }
+        }
+        if !(1024..=1 << 20).contains(&self.max_header_bytes) {
+            return Err((
+                "server.max_header_bytes",
+                "must be between 1024 and 1048576",
+            ));
+        }
+        if !(1..=10_000).contains(&self.max_headers) {
+            return Err(("server.max_headers", "must be between 1 and 10000"));
+        }
+        if self.max_uri_bytes < 16 || self.max_uri_bytes > self.max_header_bytes {
+            return Err((
+                "server.max_uri_bytes",
+                "must be between 16 and server.max_header_bytes",
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -145,6 +215,9 @@ impl Config {
             key,
             message: message.to_owned(),
         };
+        self.server
+            .validate()
+            .map_err(|(key, message)| invalid(key, message))?;
         if self.sampling.interval < Duration::from_millis(100) {
             return Err(invalid("sampling.interval", "must be at least 100ms"));
         }

@@ -151,3 +151,35 @@ fn missing_default_file_means_defaults_but_a_named_one_is_an_error() {
     let err = Config::load(&missing, true).unwrap_err().to_string();
     assert!(err.contains("nope.toml"), "{err}");
 }
+
+#[test]
+fn server_limits_are_checked() {
+    let cases = [
+        ("max_connections = 0", "server.max_connections"),
+        ("max_connections = 100000000", "server.max_connections"),
+        (
+            "header_read_timeout = \"10ms\"",
+            "server.header_read_timeout",
+        ),
+        ("idle_timeout = \"1000years\"", "server.idle_timeout"),
+        ("request_timeout = \"0s\"", "server.request_timeout"),
+        ("max_header_bytes = 100", "server.max_header_bytes"),
+        ("max_headers = 0", "server.max_headers"),
+        ("max_headers = 1000000000", "server.max_headers"),
+        ("max_uri_bytes = 9000", "server.max_uri_bytes"),
+    ];
+    for (line, key) in cases {
+        let err = parse(&format!("[server]\n{line}\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(&format!("`{key}`")), "{line}: {err}");
+    }
+    let c =
+        parse("[server]\nweb_config = \"/etc/stallwatch/web.yml\"\nmax_connections = 8\n").unwrap();
+    assert_eq!(c.server.max_connections, 8);
+    assert_eq!(
+        c.server.web_config_file(),
+        Some(Path::new("/etc/stallwatch/web.yml"))
+    );
+    assert_eq!(Config::default().server.web_config_file(), None);
+}

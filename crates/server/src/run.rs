@@ -17,6 +17,8 @@ use crate::http::{self, AppState};
 use crate::logging;
 use crate::notify;
 use crate::sampler::Sampler;
+use crate::web_config::{WebConfig, WebConfigError};
+use crate::web_config_reload::WebConfigSource;
 
 /// Exit status for a configuration the daemon cannot use.
 pub const EXIT_CONFIG: u8 = 2;
@@ -30,7 +32,18 @@ pub fn load_config(args: &RunArgs) -> Result<Config, config::ConfigError> {
     if let Some(listen) = args.listen {
         config.server.listen = listen;
     }
+    if let Some(path) = &args.web_config_file {
+        config.server.web_config = path.clone();
+    }
     Ok(config)
+}
+
+/// The web config named by the configuration, or plain HTTP without auth.
+pub fn load_web_config(config: &Config) -> Result<WebConfig, WebConfigError> {
+    match config.server.web_config_file() {
+        Some(path) => WebConfig::load(path),
+        None => Ok(WebConfig::default()),
+    }
 }
 
 pub fn main(args: RunArgs) -> ExitCode {
@@ -41,8 +54,15 @@ pub fn main(args: RunArgs) -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
+    let web = match load_web_config(&config) {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("stallwatch: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
     logging::init(args.log_format);
-    match serve(config, args.record_frames.clone()) {
+    match serve(config, web, args.record_frames.clone()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");
@@ -51,7 +71,7 @@ pub fn main(args: RunArgs) -> ExitCode {
     }
 }
 
-fn serve(config: Config, record_frames: Option<PathBuf>) -> anyhow::Result<()> {
+fn serve(config: Config, web: WebConfig, record_frames: Option<PathBuf>) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -99,14 +119,17 @@ fn serve(config: Config, record_frames: Option<PathBuf>) -> anyhow::Result<()> {
         tracing::info!(
             listen = %config.server.listen,
             interval = ?config.sampling.interval,
+            tls = web.tls.is_some(),
+            basic_auth = web.auth.is_some(),
             version = env!("CARGO_PKG_VERSION"),
             "stallwatch started"
         );
+        if web.auth.is_some() && web.tls.is_none() {
+            tracing::warn!("basic auth without TLS: passwords cross the network in clear text");
+        }
         notify::ready();
-        axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown_signal())
-            .await
-            .context("HTTP server failed")?;
+        let web = WebConfigSource::new(config.server.web_config_file().map(Into::into), web);
+        crate::serve::run(listener, app, &config.server, web, shutdown_signal()).await;
         notify::stopping();
         let _ = stop_tx.send(());
         let _ = sampler.join();
