@@ -103,7 +103,29 @@ fn read_psi(path: &Path, errors: &mut ErrorCounts) -> (Option<f64>, Option<f64>)
             return (None, None);
         }
     };
-    let (mut some, mut full) = (None, None);
+    let psi = parse_pressure(&text);
+    for line in &psi.bad_lines {
+        tracing::debug!(line, path = %path.display(), "cannot parse pressure line");
+        errors.add(ErrorSource::ProcHost);
+    }
+    (psi.some, psi.full)
+}
+
+/// One PSI file (`/proc/pressure/cpu`, `io`, `memory`), parsed.
+#[derive(Debug, Default, PartialEq)]
+pub struct PsiAvg10<'a> {
+    /// avg10 of the `some` line, as a ratio.
+    pub some: Option<f64>,
+    /// avg10 of the `full` line, as a ratio.
+    pub full: Option<f64>,
+    /// Non-empty lines that do not parse.
+    pub bad_lines: Vec<&'a str>,
+}
+
+/// Parses the text of a PSI file; lines that do not parse are returned, not
+/// fatal.
+pub fn parse_pressure(text: &str) -> PsiAvg10<'_> {
+    let mut psi = PsiAvg10::default();
     for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
         // The parser slices off the 5-byte "some "/"full " prefix unchecked.
         let record = if line.len() > 5 {
@@ -112,15 +134,12 @@ fn read_psi(path: &Path, errors: &mut ErrorCounts) -> (Option<f64>, Option<f64>)
             None
         };
         match record {
-            Some(r) if line.starts_with("some") => some = Some(percent_to_ratio(r.avg10)),
-            Some(r) => full = Some(percent_to_ratio(r.avg10)),
-            None => {
-                tracing::debug!(line, path = %path.display(), "cannot parse pressure line");
-                errors.add(ErrorSource::ProcHost);
-            }
+            Some(r) if line.starts_with("some") => psi.some = Some(percent_to_ratio(r.avg10)),
+            Some(r) => psi.full = Some(percent_to_ratio(r.avg10)),
+            None => psi.bad_lines.push(line),
         }
     }
-    (some, full)
+    psi
 }
 
 fn psi_unavailable(e: &io::Error) -> bool {
