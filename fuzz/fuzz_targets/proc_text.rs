@@ -8,7 +8,10 @@ fuzz_target!(|data: &[u8]| {
     // As the job reader does: cgroup names need not be UTF-8.
     let _ = collector::proc::parse_attribution(&String::from_utf8_lossy(data));
     if let Ok(text) = std::str::from_utf8(data) {
-        let _ = collector::proc::parse_pressure(text);
+        let psi = collector::proc::parse_pressure(text);
+        for ratio in [psi.some, psi.full].into_iter().flatten() {
+            assert!((0.0..=1.0).contains(&ratio), "{psi:?}");
+        }
     }
     let _ = collector::proc::parse_pids(data);
 });

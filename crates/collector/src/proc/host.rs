@@ -123,20 +123,24 @@ pub struct PsiAvg10<'a> {
 }
 
 /// Parses the text of a PSI file; lines that do not parse are returned, not
-/// fatal.
+/// fatal. A line is `some ` or `full ` and `avg10=`, `avg60=`, `avg300=`
+/// percentages (0 to 100) and a `total=`.
 pub fn parse_pressure(text: &str) -> PsiAvg10<'_> {
     let mut psi = PsiAvg10::default();
     for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
-        // The parser slices off the 5-byte "some "/"full " prefix unchecked.
-        let record = if line.len() > 5 {
-            procfs::parse_pressure_record(line).ok()
-        } else {
-            None
+        // procfs slices off the first 5 bytes unchecked: checking them here
+        // keeps a line like "some\u{7de}..." from panicking mid-character.
+        let slot = match line.get(..5) {
+            Some("some ") => &mut psi.some,
+            Some("full ") => &mut psi.full,
+            _ => {
+                psi.bad_lines.push(line);
+                continue;
+            }
         };
-        match record {
-            Some(r) if line.starts_with("some") => psi.some = Some(percent_to_ratio(r.avg10)),
-            Some(r) => psi.full = Some(percent_to_ratio(r.avg10)),
-            None => psi.bad_lines.push(line),
+        match procfs::parse_pressure_record(line) {
+            Ok(r) if (0.0..=100.0).contains(&r.avg10) => *slot = Some(percent_to_ratio(r.avg10)),
+            _ => psi.bad_lines.push(line),
         }
     }
     psi
