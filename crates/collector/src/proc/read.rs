@@ -48,8 +48,7 @@ impl Buffer {
         let bytes = self
             .read(path)
             .map_err(|e| procfs::ProcError::from(e).error_path(path))?;
-        parse_pids(bytes)
-            .map_err(|e| procfs::ProcError::Other(format!("{}: {e}", path.display())))
+        parse_pids(bytes).map_err(|e| procfs::ProcError::Other(format!("{}: {e}", path.display())))
     }
 }
 
