@@ -267,6 +267,14 @@ config_struct!(
     }
 );
 
+/// Longest any time may be once multiplied by `time_scale`. Far beyond any
+/// use, and it keeps every derived time a valid `Duration`.
+const MAX_YEARS: u64 = 100;
+
+fn too_long(seconds: f64) -> bool {
+    seconds.is_nan() || seconds > (MAX_YEARS * 365 * 86_400) as f64
+}
+
 /// The timing every kind has, scaled by `time_scale`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Timing {
@@ -394,6 +402,27 @@ impl DiagnosisConfig {
             let t = self.timing(kind);
             if t.window < 0.0 || t.enter_for < 0.0 || t.exit_for < 0.0 {
                 return Err(format!("`diagnosis.{kind}` times must not be negative"));
+            }
+            if [t.window, t.enter_for, t.exit_for]
+                .into_iter()
+                .any(too_long)
+            {
+                return Err(format!(
+                    "`diagnosis.{kind}` times must not exceed {MAX_YEARS} years (after time_scale)"
+                ));
+            }
+        }
+        let (hang_min, hang_max) = self.hang_bounds();
+        for (key, seconds) in [
+            ("warmup", self.warmup_seconds()),
+            ("hang_min", hang_min),
+            ("hang_max", hang_max),
+            ("leftover_process.idle_for", self.leftover_idle_seconds()),
+        ] {
+            if too_long(seconds) {
+                return Err(format!(
+                    "`diagnosis.{key}` must not exceed {MAX_YEARS} years (after time_scale)"
+                ));
             }
         }
         let s = &self.input_starved;

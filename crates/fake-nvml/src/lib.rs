@@ -25,3 +25,26 @@ mod state;
 mod system;
 mod telemetry;
 mod watch;
+
+/// Parses a scenario file's text as the library does on each load, then asks
+/// it what the exports ask: each fault's lookup on every GPU, and each GPU's
+/// PCI bus ID in both forms. Returns the number of GPUs. For the fuzz targets
+/// and the corpus replay test; the library itself reads files only.
+#[doc(hidden)]
+pub fn check_scenario(text: &str) -> Result<usize, String> {
+    let s = scenario::Scenario::parse(text)?;
+    for fault in &s.faults {
+        for gpu in [None, fault.gpu, Some(0)] {
+            let _ = s.fault(&fault.call, gpu);
+        }
+    }
+    for gpu in &s.gpus {
+        let _ = gpu.pci.legacy();
+        assert_eq!(
+            pci::PciAddress::parse(&gpu.pci_bus_id),
+            Some(gpu.pci),
+            "a completed bus ID parses back to itself"
+        );
+    }
+    Ok(s.gpus.len())
+}

@@ -1,7 +1,7 @@
 //! The JSON API: `/api/v1/status` and `/api/v1/events` (schema in docs/api.md).
 
 use axum::extract::{Query, State};
-use axum::http::StatusCode;
+use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Json, Response};
 use diagnosis::{Event, GpuStatus};
 use serde::{Deserialize, Serialize};
@@ -57,34 +57,42 @@ pub async fn status(State(state): State<AppState>) -> Response {
     .into_response()
 }
 
-pub async fn events(
-    State(state): State<AppState>,
-    query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
-) -> Response {
-    let Query(q) = match query {
-        Ok(q) => q,
-        Err(e) => return (StatusCode::BAD_REQUEST, format!("{}\n", e.body_text())).into_response(),
-    };
+/// What `/api/v1/events` returns, from its query string.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EventsFilter {
+    pub since: f64,
+    pub after: u64,
+    pub limit: usize,
+}
+
+/// Parses and checks the query string of `/api/v1/events`. The error is the
+/// body of the 400 response.
+pub fn events_filter(uri: &Uri) -> Result<EventsFilter, String> {
+    let Query(q) = Query::<EventsQuery>::try_from_uri(uri).map_err(|e| e.body_text())?;
     let limit = q.limit.unwrap_or(DEFAULT_LIMIT);
     if limit == 0 || limit > MAX_LIMIT {
-        return (
-            StatusCode::BAD_REQUEST,
-            format!("limit must be between 1 and {MAX_LIMIT}\n"),
-        )
-            .into_response();
+        return Err(format!("limit must be between 1 and {MAX_LIMIT}"));
     }
     let since = q.since.unwrap_or(f64::NEG_INFINITY);
     if since.is_nan() {
-        return (
-            StatusCode::BAD_REQUEST,
-            "since must be a number of seconds since the epoch\n",
-        )
-            .into_response();
+        return Err("since must be a number of seconds since the epoch".to_owned());
     }
+    Ok(EventsFilter {
+        since,
+        after: q.after.unwrap_or(0),
+        limit,
+    })
+}
+
+pub async fn events(State(state): State<AppState>, uri: Uri) -> Response {
+    let filter = match events_filter(&uri) {
+        Ok(f) => f,
+        Err(e) => return (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
+    };
     let events = state
         .engine
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .events(since, q.after.unwrap_or(0), limit);
+        .events(filter.since, filter.after, filter.limit);
     Json(EventsResponse { events }).into_response()
 }

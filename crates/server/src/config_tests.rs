@@ -183,3 +183,35 @@ fn server_limits_are_checked() {
     );
     assert_eq!(Config::default().server.web_config_file(), None);
 }
+
+/// `time_scale = 1e300` was accepted, then `stallwatch check` panicked making
+/// `Duration`s of the scaled times (`fitted_to`). Every time is now checked
+/// to stay within 100 years once scaled.
+#[test]
+fn times_too_long_after_time_scale_are_errors() {
+    for (text, key) in [
+        (
+            "[diagnosis]\ntime_scale = 1e300\n",
+            "`diagnosis.input_starved`",
+        ),
+        (
+            "[diagnosis.throttled]\nexit_for = \"500000000000y\"\n",
+            "`diagnosis.throttled`",
+        ),
+        (
+            "[diagnosis]\nwarmup = \"200y\"\nhang_max = \"200y\"\n",
+            "`diagnosis.warmup`",
+        ),
+        (
+            "[diagnosis.leftover_process]\nidle_for = \"101y\"\n",
+            "`diagnosis.leftover_process.idle_for`",
+        ),
+    ] {
+        let err = parse(text).unwrap_err().to_string();
+        assert!(err.contains("/etc/stallwatch/config.toml"), "{err}");
+        assert!(err.contains(key) && err.contains("100 years"), "{err}");
+    }
+    let config = parse("[diagnosis]\ntime_scale = 1000.0\n").unwrap();
+    let fitted = config.diagnosis.fitted_to(5.0);
+    assert_eq!(fitted.hang_max, Duration::from_secs(3_600_000));
+}

@@ -103,24 +103,47 @@ fn read_psi(path: &Path, errors: &mut ErrorCounts) -> (Option<f64>, Option<f64>)
             return (None, None);
         }
     };
-    let (mut some, mut full) = (None, None);
+    let psi = parse_pressure(&text);
+    for line in &psi.bad_lines {
+        tracing::debug!(line, path = %path.display(), "cannot parse pressure line");
+        errors.add(ErrorSource::ProcHost);
+    }
+    (psi.some, psi.full)
+}
+
+/// One PSI file (`/proc/pressure/cpu`, `io`, `memory`), parsed.
+#[derive(Debug, Default, PartialEq)]
+pub struct PsiAvg10<'a> {
+    /// avg10 of the `some` line, as a ratio.
+    pub some: Option<f64>,
+    /// avg10 of the `full` line, as a ratio.
+    pub full: Option<f64>,
+    /// Non-empty lines that do not parse.
+    pub bad_lines: Vec<&'a str>,
+}
+
+/// Parses the text of a PSI file; lines that do not parse are returned, not
+/// fatal. A line is `some ` or `full ` and `avg10=`, `avg60=`, `avg300=`
+/// percentages (0 to 100) and a `total=`.
+pub fn parse_pressure(text: &str) -> PsiAvg10<'_> {
+    let mut psi = PsiAvg10::default();
     for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
-        // The parser slices off the 5-byte "some "/"full " prefix unchecked.
-        let record = if line.len() > 5 {
-            procfs::parse_pressure_record(line).ok()
-        } else {
-            None
-        };
-        match record {
-            Some(r) if line.starts_with("some") => some = Some(percent_to_ratio(r.avg10)),
-            Some(r) => full = Some(percent_to_ratio(r.avg10)),
-            None => {
-                tracing::debug!(line, path = %path.display(), "cannot parse pressure line");
-                errors.add(ErrorSource::ProcHost);
+        // procfs slices off the first 5 bytes unchecked: checking them here
+        // keeps a line like "some\u{7de}..." from panicking mid-character.
+        let slot = match line.get(..5) {
+            Some("some ") => &mut psi.some,
+            Some("full ") => &mut psi.full,
+            _ => {
+                psi.bad_lines.push(line);
+                continue;
             }
+        };
+        match procfs::parse_pressure_record(line) {
+            Ok(r) if (0.0..=100.0).contains(&r.avg10) => *slot = Some(percent_to_ratio(r.avg10)),
+            _ => psi.bad_lines.push(line),
         }
     }
-    (some, full)
+    psi
 }
 
 fn psi_unavailable(e: &io::Error) -> bool {

@@ -25,6 +25,8 @@ use crate::error::CollectError;
 use crate::sample::{ErrorCounts, ErrorSource, HostSample, JobSample};
 
 pub use cgroup::parse_attribution;
+pub use host::{PsiAvg10, parse_pressure};
+pub use read::parse_pids;
 
 /// Reads job and host samples from one procfs mount.
 #[derive(Debug, Clone)]

@@ -48,14 +48,15 @@ impl Buffer {
         let bytes = self
             .read(path)
             .map_err(|e| procfs::ProcError::from(e).error_path(path))?;
-        std::str::from_utf8(bytes)
-            .map_err(|_| procfs::ProcError::Other(format!("{} is not text", path.display())))?
-            .split_whitespace()
-            .map(|pid| {
-                pid.parse().map_err(|_| {
-                    procfs::ProcError::Other(format!("bad pid `{pid}` in {}", path.display()))
-                })
-            })
-            .collect()
+        parse_pids(bytes).map_err(|e| procfs::ProcError::Other(format!("{}: {e}", path.display())))
     }
+}
+
+/// Parses whitespace-separated pids, the text of a `children` file.
+pub fn parse_pids(bytes: &[u8]) -> Result<Vec<u32>, String> {
+    std::str::from_utf8(bytes)
+        .map_err(|_| "not text".to_owned())?
+        .split_whitespace()
+        .map(|pid| pid.parse().map_err(|_| format!("bad pid `{pid}`")))
+        .collect()
 }

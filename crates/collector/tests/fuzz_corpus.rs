@@ -1,0 +1,49 @@
+//! Replays the committed fuzz corpus of the collector's `/proc` text parsers
+//! (fuzz/corpus/proc_text/, grown by `scripts/fuzz`) through the same calls
+//! as the fuzz target: no input may panic. Runs without libFuzzer.
+
+use std::path::Path;
+
+use collector::proc::{parse_attribution, parse_pids, parse_pressure};
+
+#[test]
+fn proc_text_corpus_never_panics() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/proc_text");
+    let mut count = 0;
+    for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let data = std::fs::read(entry.expect("corpus entry").path()).expect("corpus file");
+        // fuzz/fuzz_targets/proc_text.rs
+        let _ = parse_attribution(&String::from_utf8_lossy(&data));
+        if let Ok(text) = std::str::from_utf8(&data) {
+            let psi = parse_pressure(text);
+            for ratio in [psi.some, psi.full].into_iter().flatten() {
+                assert!((0.0..=1.0).contains(&ratio), "{psi:?}");
+            }
+        }
+        let _ = parse_pids(&data);
+        count += 1;
+    }
+    assert!(count > 0, "{} is empty", dir.display());
+}
+
+/// Found by the fuzzer: procfs cuts the first 5 bytes off a pressure line
+/// unchecked, which panicked inside a multi-byte character.
+#[test]
+fn pressure_line_with_a_multibyte_character_is_a_bad_line() {
+    let data = b"some\xdf\x9e\0\0\n  =0\n";
+    let psi = parse_pressure(std::str::from_utf8(data).unwrap());
+    assert_eq!(psi.some, None);
+    assert_eq!(psi.bad_lines, ["some\u{7de}\0\0", "=0"]);
+}
+
+#[test]
+fn pressure_outside_0_to_100_percent_is_a_bad_line() {
+    let text = "some avg10=NaN avg60=0.00 avg300=0.00 total=0\n\
+                full avg10=-1.00 avg60=0.00 avg300=0.00 total=0\n";
+    let psi = parse_pressure(text);
+    assert_eq!((psi.some, psi.full), (None, None));
+    assert_eq!(psi.bad_lines.len(), 2);
+    let psi = parse_pressure("some avg10=2.10 avg60=0.12 avg300=0.00 total=391926\n");
+    assert_eq!((psi.some, psi.full), (Some(0.021), None));
+    assert!(psi.bad_lines.is_empty());
+}
