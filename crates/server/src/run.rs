@@ -4,12 +4,13 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
 
 use anyhow::Context;
 use collector::collector::Collector;
 use collector::gpu::GpuOptions;
 use diagnosis::Engine;
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 
 use crate::cli::RunArgs;
 use crate::config::{self, Config};
@@ -20,6 +21,11 @@ use crate::sampler::Sampler;
 
 /// Exit status for a configuration the daemon cannot use.
 pub const EXIT_CONFIG: u8 = 2;
+
+/// How long a stop waits for requests in flight. A client that stalls (one
+/// that never finishes sending its request, or stops reading a response)
+/// must not keep the daemon from stopping; its connection is closed.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 pub fn load_config(args: &RunArgs) -> Result<Config, config::ConfigError> {
     let (path, explicit) = match &args.config {
@@ -103,10 +109,23 @@ fn serve(config: Config, record_frames: Option<PathBuf>) -> anyhow::Result<()> {
             "stallwatch started"
         );
         notify::ready();
-        axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown_signal())
-            .await
-            .context("HTTP server failed")?;
+        let (signalled, grace) = oneshot::channel();
+        let server = axum::serve(listener, app).with_graceful_shutdown(async {
+            shutdown_signal().await;
+            let _ = signalled.send(());
+        });
+        let deadline = async {
+            match grace.await {
+                Ok(()) => tokio::time::sleep(SHUTDOWN_GRACE).await,
+                Err(_) => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            served = server => served.context("HTTP server failed")?,
+            () = deadline => tracing::warn!(
+                "connections still open {SHUTDOWN_GRACE:?} after the signal are closed"
+            ),
+        }
         notify::stopping();
         let _ = stop_tx.send(());
         let _ = sampler.join();
