@@ -1,14 +1,15 @@
 """A configurable stand-in job (a real process) for the end-to-end tests.
 
-    job.py [--comm HEX] [--thread HEX]... [--proc-comm HEX] [--threads N]
-           [--spin SECONDS] [--zombie]
+    job.py [--comm HEX] [--thread HEX]... [--proc-comm HEX]... [--threads N]
+           [--spin SECONDS [--spin-name HEX] [--spin-by-proc]] [--zombie]
 
 --comm       sets the process name (main thread) with prctl(PR_SET_NAME);
              HEX is the name's bytes in hex, so any byte can be passed
 --thread     starts a sleeping thread that names itself with prctl
 --proc-comm  starts a sleeping thread named by writing /proc/self/task/<tid>/comm
 --threads    starts N more sleeping threads
---spin       burns CPU in a thread named `spin` for that many seconds
+--spin       burns CPU in a thread named `spin` (or --spin-name HEX; named
+             through /proc with --spin-by-proc) for that many seconds
 --zombie     forks a child that exits at once and is never reaped
 
 Prints `ready <pid>` once everything is in place, then sleeps until killed.
@@ -53,12 +54,14 @@ def main():
     p.add_argument("--proc-comm", action="append", default=[])
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--spin", type=float, default=0.0)
+    p.add_argument("--spin-name", default=b"spin".hex())
+    p.add_argument("--spin-by-proc", action="store_true")
     p.add_argument("--zombie", action="store_true")
     p.add_argument("ignored", nargs="*", help="after --: arguments the job ignores")
     a = p.parse_args()
     if a.spin:
         def spin():
-            set_name(b"spin")
+            (write_comm if a.spin_by_proc else set_name)(bytes.fromhex(a.spin_name))
             end = time.monotonic() + a.spin
             while time.monotonic() < end:
                 pass
