@@ -2,6 +2,7 @@
 
     job.py [--comm HEX] [--thread HEX]... [--proc-comm HEX]... [--threads N]
            [--spin SECONDS [--spin-name HEX] [--spin-by-proc]] [--zombie]
+           [--print-every SECONDS] [-- IGNORED...]
 
 --comm       sets the process name (main thread) with prctl(PR_SET_NAME);
              HEX is the name's bytes in hex, so any byte can be passed
@@ -11,6 +12,7 @@
 --spin       burns CPU in a thread named `spin` (or --spin-name HEX; named
              through /proc with --spin-by-proc) for that many seconds
 --zombie     forks a child that exits at once and is never reaped
+--print-every  prints a line to stdout every that many seconds
 
 Prints `ready <pid>` once everything is in place, then sleeps until killed.
 """
@@ -57,6 +59,7 @@ def main():
     p.add_argument("--spin-name", default=b"spin".hex())
     p.add_argument("--spin-by-proc", action="store_true")
     p.add_argument("--zombie", action="store_true")
+    p.add_argument("--print-every", type=float, default=0.0)
     p.add_argument("ignored", nargs="*", help="after --: arguments the job ignores")
     a = p.parse_args()
     if a.spin:
@@ -79,8 +82,14 @@ def main():
     if a.comm:
         set_name(bytes.fromhex(a.comm))
     print(f"ready {os.getpid()}", flush=True)
+    step = 0
     while True:
-        time.sleep(3600)
+        if a.print_every:
+            step += 1
+            time.sleep(a.print_every)
+            print(f"step {step}", flush=True)
+        else:
+            time.sleep(3600)
 
 
 if __name__ == "__main__":
