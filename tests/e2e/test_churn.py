@@ -75,6 +75,7 @@ def test_churn_leaves_no_series_no_errors_and_no_events(daemon_factory):
     assert not m.has("stallwatch_job_info")
     assert errors(m)["proc_job"] == 0
     assert events(d) == [], "churn alone raised diagnosis events"
+    assert "WARN" not in d.logs() and "ERROR" not in d.logs(), d.logs()
     status = json.loads(d.get("/api/v1/status")[2])
     assert all(g["active"] == [] and g["jobs"] == [] for g in status["gpus"]), status
     assert d.get("/healthz")[0] == 200
