@@ -25,7 +25,7 @@ fn per_job<'a>(
 
 /// The jobs that get series: those whose holder is among the first
 /// `max_processes` processes (largest GPU memory first) of some GPU.
-pub fn exported(s: &Snapshot, max_processes: usize) -> Vec<&JobSnapshot> {
+fn exported(s: &Snapshot, max_processes: usize) -> Vec<&JobSnapshot> {
     let pids: HashSet<u32> = s
         .gpus
         .iter()
