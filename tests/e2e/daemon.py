@@ -129,8 +129,8 @@ class Daemon:
     def set_scenario(self, scenario):
         write_json_atomically(self.scenario_path, scenario)
 
-    def start(self, wait=True, args=()):
-        env = dict(os.environ, STALLWATCH_FAKE_NVML=str(self.scenario_path), RUST_LOG="info")
+    def start(self, wait=True, args=(), log_level="info"):
+        env = dict(os.environ, STALLWATCH_FAKE_NVML=str(self.scenario_path), RUST_LOG=log_level)
         self.log = open(self.log_path, "wb")
         self.process = subprocess.Popen(
             [*self.command, "--config", str(self.config_path), *args],

@@ -1,5 +1,6 @@
 """GPU values from the stand-in NVML library reach /metrics with the right units."""
 
+import json
 import time
 
 from daemon import gpu
@@ -104,3 +105,36 @@ def test_process_series_capped_largest_first(daemon_factory):
     assert m.value("stallwatch_process_gpu_sm_utilization_ratio", pid=100004) == 0.10
     # Pids that are not in /proc have no name to show.
     assert m.find("stallwatch_process_gpu_memory_bytes", pid=100004)[0].labels["comm"] == ""
+
+
+def test_lost_gpu_that_returns_is_one_gpu_again_and_diagnosed(daemon_factory):
+    """The same UUID comes back: up again, one set of series, and the diagnosis
+    works on it as before (a thermal slowdown is reported on the returned GPU)."""
+    scenario = {"gpus": [gpu(0, utilization_gpu=97), gpu(1, utilization_gpu=97)]}
+    d = daemon_factory(scenario, config="[diagnosis]\ntime_scale = 0.05\n").start()
+    d.wait_for(lambda m: m.has("stallwatch_gpu_verdict", gpu=1, verdict="no_job"), what="GPU 1 diagnosed")
+    scenario["gpus"][1]["lost"] = True
+    d.set_scenario(scenario)
+    m = d.wait_for(lambda m: m.value("stallwatch_gpu_up", gpu=1) == 0, what="GPU 1 lost")
+    d.wait_for(lambda m: m.value("stallwatch_gpu_verdict", gpu=1, verdict="unknown") == 1, what="unknown verdict")
+    scenario["gpus"][1]["lost"] = False
+    scenario["gpus"][1]["clock_event_reasons"] = 0x40  # hw_thermal_slowdown
+    d.set_scenario(scenario)
+    m = d.wait_for(
+        lambda m: m.value("stallwatch_gpu_stall_active", gpu=1, kind="throttled") == 1,
+        timeout=20,
+        what="throttled diagnosed on the returned GPU",
+    )
+    uuid = "GPU-00000000-0000-0000-0000-000000000001"
+    assert m.value("stallwatch_gpu_up", gpu=1) == 1
+    assert m.value("stallwatch_gpu_utilization_ratio", gpu=1) == 0.97
+    # One GPU, not two: every per-GPU family has exactly one series set for it.
+    assert [s.labels["uuid"] for s in m.find("stallwatch_gpu_info", gpu="1")] == [uuid]
+    assert len(m.find("stallwatch_gpu_up")) == 2
+    assert len(m.find("stallwatch_gpu_verdict", gpu="1")) == len(m.find("stallwatch_gpu_verdict", gpu="0"))
+    assert len(m.find("stallwatch_gpu_stall_active", kind="throttled")) == 2
+    status = json.loads(d.get("/api/v1/status")[2])
+    assert [g["uuid"] for g in status["gpus"]].count(uuid) == 1
+    events = json.loads(d.get("/api/v1/events")[2])["events"]
+    assert [(e["kind"], e["gpu"], e["uuid"]) for e in events if e["phase"] == "start"] == [("throttled", 1, uuid)]
+    assert m.value("stallwatch_source_errors_total", source="nvml") == 0

@@ -134,7 +134,8 @@ pub struct GpuConfig {
     /// Longest wait between two attempts to load and initialise NVML.
     #[serde(with = "humantime_serde")]
     pub init_retry_max: Duration,
-    /// Most processes exported per GPU, largest GPU memory first.
+    /// Most processes exported per GPU, largest GPU memory first; only
+    /// their jobs get job series.
     pub max_processes: usize,
 }
 

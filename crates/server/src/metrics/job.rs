@@ -1,5 +1,9 @@
 //! Job series: a GPU-holding process and its descendants, labelled by the
-//! holder's `pid` and `comm` (never its command line).
+//! holder's `pid` and `comm` (never its command line). Only jobs whose
+//! holder is among the `gpu.max_processes` exported processes of a GPU get
+//! series, so a GPU crowded with processes cannot flood the exposition.
+
+use std::collections::HashSet;
 
 use collector::snapshot::{JobSnapshot, Snapshot, ThreadStates};
 use prometheus_client::encoding::DescriptorEncoder;
@@ -12,15 +16,30 @@ fn labels(j: &JobSnapshot) -> Labels {
 }
 
 fn per_job<'a>(
-    jobs: &'a [JobSnapshot],
+    jobs: &'a [&'a JobSnapshot],
     value: impl Fn(&JobSnapshot) -> Option<f64> + 'a,
 ) -> impl Iterator<Item = (Labels, f64)> + 'a {
     jobs.iter()
         .filter_map(move |j| Some((labels(j), value(j)?)))
 }
 
-pub fn encode(e: &mut DescriptorEncoder, s: &Snapshot) -> Result<(), std::fmt::Error> {
-    let jobs = &s.jobs;
+/// The jobs that get series: those whose holder is among the first
+/// `max_processes` processes (largest GPU memory first) of some GPU.
+fn exported(s: &Snapshot, max_processes: usize) -> Vec<&JobSnapshot> {
+    let pids: HashSet<u32> = s
+        .gpus
+        .iter()
+        .flat_map(|g| g.processes.iter().take(max_processes).map(|p| p.pid))
+        .collect();
+    s.jobs.iter().filter(|j| pids.contains(&j.pid)).collect()
+}
+
+pub fn encode(
+    e: &mut DescriptorEncoder,
+    s: &Snapshot,
+    max_processes: usize,
+) -> Result<(), std::fmt::Error> {
+    let jobs = &exported(s, max_processes);
     info(
         e,
         "stallwatch_job",

@@ -72,7 +72,7 @@ impl Collector for Scrape {
         own(e, s)?;
         gpu::encode(e, s, self.max_processes)?;
         verdicts::encode(e, &self.diagnosis)?;
-        job::encode(e, s)?;
+        job::encode(e, s, self.max_processes)?;
         host::encode(e, &s.host)
     }
 }
