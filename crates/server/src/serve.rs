@@ -3,7 +3,7 @@
 //! configured, HTTP/1.1 with header limits, and the header read, idle and
 //! request timeouts. Each connection uses the web config current when it
 //! was accepted. On shutdown it stops accepting, lets requests in
-//! progress finish (within the request timeout) and closes the rest.
+//! progress finish (within `SHUTDOWN_GRACE`) and closes the rest.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -37,6 +37,9 @@ struct Shared {
     max_uri_bytes: usize,
     registry: Arc<Registry>,
 }
+
+/// Longest wait for requests in progress when stopping.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// Serves `router` on `listener` until `shutdown` resolves, then drains.
 pub async fn run(
@@ -90,9 +93,11 @@ pub async fn run(
     }
     drop(listener);
     let _ = stop_tx.send(true);
-    // Every slot back means every connection is closed; none outlives its
-    // request timeout.
-    let grace = config.request_timeout + Duration::from_secs(1);
+    // Every slot back means every connection is closed. A stop waits at most
+    // SHUTDOWN_GRACE (or the request timeout, if shorter) for requests in
+    // progress: answers take milliseconds, and systemd's stop timeout must not
+    // run out first.
+    let grace = config.request_timeout.min(SHUTDOWN_GRACE) + Duration::from_secs(1);
     let all = u32::try_from(config.max_connections).unwrap_or(u32::MAX);
     if tokio::time::timeout(grace, slots.acquire_many(all))
         .await
