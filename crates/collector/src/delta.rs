@@ -203,6 +203,9 @@ fn derive_job(
         wchar_total: totals.io.map(|io| io.wchar),
         read_bytes_per_second: read_rate,
         last_output_seconds: last_output(before, job, now),
+        output_unknown: job.leader.io.is_none()
+            && job.stdout_bytes.is_none()
+            && job.stderr_bytes.is_none(),
     }
 }
 

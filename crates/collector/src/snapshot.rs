@@ -152,6 +152,10 @@ pub struct JobSnapshot {
     /// Last time the job's output grew (fd 1/2 file size or mtime, or the
     /// leader's `wchar`), seconds since the epoch; `None` until seen.
     pub last_output_seconds: Option<f64>,
+    /// True when no output progress can be seen: neither the leader's `io`
+    /// nor a regular file behind its fd 1 or 2 could be read (another user's
+    /// process, without the capabilities). Silence then means nothing.
+    pub output_unknown: bool,
 }
 
 /// Threads of a job by kernel state.

@@ -77,6 +77,10 @@ pub struct JobFrame {
     /// Last time the job's output grew, seconds since the epoch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_output: Option<f64>,
+    /// No output progress can be seen (the job's `io` and output files are
+    /// unreadable): its silence is not evidence of a hang.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub output_unknown: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

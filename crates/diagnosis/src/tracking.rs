@@ -56,8 +56,11 @@ impl Progress {
     }
 
     /// Seconds since the job last showed output (or since it was first seen,
-    /// when it never has).
+    /// when it never has); `None` when its output cannot be seen at all.
     pub fn silent_seconds(&self, job: &JobFrame, t: f64) -> Option<f64> {
+        if job.output_unknown {
+            return None;
+        }
         let track = self.jobs.get(&job_key(job))?;
         // Output time read from the job (a log file's mtime) counts even if
         // it is older than our first sight of the job.

@@ -81,6 +81,26 @@ fn idle_gpu_idle_job_and_no_output_is_a_deadlock() {
 }
 
 #[test]
+fn a_job_whose_output_cannot_be_seen_is_never_called_hung() {
+    // Run without the capabilities to read another user's io and fds: the
+    // job looks silent forever, but that silence is unknown, not evidence.
+    let mut run = Run::default();
+    run.feed(0, 2000, |t| {
+        let mut j = job(100, 0.0, 0.0);
+        j.threads_running = 0;
+        j.output_unknown = true;
+        let mut f = frame(t, if t < 300.0 { 0.99 } else { 0.0 }, vec![j]);
+        f.gpus[0].power_watts = Some(150.0);
+        f
+    });
+    assert!(
+        run.starts(Kind::IdleNoProgress).is_empty() && run.starts(Kind::BusyNoProgress).is_empty(),
+        "{:?}",
+        run.kinds()
+    );
+}
+
+#[test]
 fn hang_time_is_learned_from_the_output_rhythm() {
     let mut run = Run::default();
     // Output every 300 s: hang time 5 x 300 = 1500 s.

@@ -100,5 +100,6 @@ fn job(j: &JobSnapshot) -> JobFrame {
         read_bytes_per_second: j.read_bytes_per_second,
         rss_bytes: j.rss_bytes,
         last_output: j.last_output_seconds,
+        output_unknown: j.output_unknown,
     }
 }

@@ -57,6 +57,7 @@ pub fn job(pid: u32, cpu: f64, top_thread: f64) -> JobFrame {
         read_bytes_per_second: Some(1e6),
         rss_bytes: 4 * GIB,
         last_output: None,
+        output_unknown: false,
     }
 }
 
