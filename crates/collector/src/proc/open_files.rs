@@ -132,6 +132,41 @@ mod tests {
     }
 
     #[test]
+    fn a_kept_file_reads_fresh_content_each_time() {
+        let mut files = OpenFiles::for_root(Path::new("/proc"));
+        let mut child = Command::new("sleep")
+            .arg("30")
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        let path = PathBuf::from(format!("/proc/{}/stat", child.id()));
+        let state = |files: &mut OpenFiles| {
+            let mut buf = Vec::new();
+            let len = files.read(&path, &mut buf).unwrap();
+            let text = String::from_utf8_lossy(&buf[..len]).into_owned();
+            text.rsplit_once(") ").unwrap().1.chars().next().unwrap()
+        };
+        files.begin();
+        assert_ne!(state(&mut files), 'T');
+        Command::new("kill")
+            .args(["-STOP", &child.id().to_string()])
+            .status()
+            .unwrap();
+        // The signal takes effect when the child next runs.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while state(&mut files) != 'T' {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "never read as stopped"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(files.len(), 1);
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    #[test]
     fn files_not_read_in_a_sample_are_closed() {
         let mut files = OpenFiles::for_root(Path::new("/proc"));
         let mut buf = Vec::new();
