@@ -72,13 +72,17 @@ impl Sampler {
             })
     }
 
+    /// One sample: read, derive, diagnose. The snapshot's
+    /// `sample_duration_seconds` covers all of it (the collector's own
+    /// figure covers the reads only).
     fn tick(
         &mut self,
         prev: Option<&(Sample, Arc<Snapshot>)>,
         history: &SharedHistory,
     ) -> (Sample, Latest) {
+        let started = Instant::now();
         let sample = self.collector.sample();
-        let snapshot = Arc::new(derive(prev.map(|(s, n)| (s, &**n)), &sample));
+        let mut snapshot = derive(prev.map(|(s, n)| (s, &**n)), &sample);
         let frame = frame::from_snapshot(&snapshot);
         if let Some(file) = &mut self.record
             && let Err(e) = serde_json::to_writer(&mut *file, &frame)
@@ -94,12 +98,13 @@ impl Sampler {
             (events, engine.status())
         };
         events.iter().for_each(log_event);
+        snapshot.sample_duration_seconds = started.elapsed().as_secs_f64();
         history
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .record(&snapshot);
         let latest = Latest {
-            snapshot,
+            snapshot: Arc::new(snapshot),
             diagnosis: Arc::new(status),
             finished: Instant::now(),
             history: history.clone(),

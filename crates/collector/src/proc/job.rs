@@ -8,6 +8,7 @@ use std::path::Path;
 use procfs::process::{Io, Stat};
 
 use super::children::ChildrenCache;
+use super::open_files::OpenFiles;
 use super::read::Buffer;
 use super::{ProcReader, cgroup, job_value, output, vanished};
 use crate::sample::{
@@ -19,6 +20,7 @@ pub(super) fn read_jobs(
     holders: &[(u32, Vec<u32>)],
     errors: &mut ErrorCounts,
     cache: &mut ChildrenCache,
+    files: &mut OpenFiles,
 ) -> Vec<JobSample> {
     let holder_pids: HashSet<u32> = holders.iter().map(|(pid, _)| *pid).collect();
     let mut read = HashSet::new();
@@ -32,6 +34,7 @@ pub(super) fn read_jobs(
                 errors: &mut *errors,
                 buf: &mut buf,
                 cache: &mut *cache,
+                files: &mut *files,
             };
             walk.job(*pid, gpus, &holder_pids)
         })
@@ -44,6 +47,7 @@ struct Walk<'a> {
     errors: &'a mut ErrorCounts,
     buf: &'a mut Buffer,
     cache: &'a mut ChildrenCache,
+    files: &'a mut OpenFiles,
 }
 
 impl Walk<'_> {
@@ -105,7 +109,11 @@ impl Walk<'_> {
         expected_parent: Option<u32>,
     ) -> Option<(ProcessSample, Vec<u32>)> {
         let reader = self.reader;
-        let stat: Stat = job_value(self.buf.parse(&dir.join("stat")), "stat", self.errors)?;
+        let stat: Stat = job_value(
+            self.buf.parse_kept(self.files, &dir.join("stat")),
+            "stat",
+            self.errors,
+        )?;
         let ppid = u32::try_from(stat.ppid).unwrap_or(0);
         if expected_parent.is_some_and(|parent| parent != ppid) {
             return None;
@@ -132,8 +140,9 @@ impl Walk<'_> {
         if cached.is_none() {
             self.cache.put(pid, stat.starttime, &children);
         }
+        let files = &mut *self.files;
         let io = unless_exited(dir, self.errors, self.buf, |e, buf| {
-            job_value(buf.parse::<Io>(&dir.join("io")), "io", e)
+            job_value(buf.parse_kept::<Io>(files, &dir.join("io")), "io", e)
         });
         let io = io.map(|io| IoCounters {
             rchar: io.rchar,
@@ -186,8 +195,11 @@ impl Walk<'_> {
             path.push(tid.to_string());
             path.push("stat");
             // A thread that exits between the listing and the read is skipped.
-            if let Some(stat) = job_value::<Stat>(self.buf.parse(&path), "thread stat", self.errors)
-            {
+            if let Some(stat) = job_value::<Stat>(
+                self.buf.parse_kept(self.files, &path),
+                "thread stat",
+                self.errors,
+            ) {
                 threads.push(ThreadSample {
                     tid,
                     name: stat.comm,

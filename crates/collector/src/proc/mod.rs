@@ -12,6 +12,7 @@ mod cgroup;
 mod children;
 mod host;
 mod job;
+mod open_files;
 mod output;
 mod read;
 
@@ -36,6 +37,7 @@ pub struct ProcReader {
     ticks_per_second: u64,
     page_size_bytes: u64,
     children: children::ChildrenCache,
+    open_files: open_files::OpenFiles,
 }
 
 impl ProcReader {
@@ -60,6 +62,7 @@ impl ProcReader {
         let stats = read_kernel_stats(&path, ticks_per_second, page_size_bytes)
             .map_err(|e| collect_error(path, e))?;
         Ok(ProcReader {
+            open_files: open_files::OpenFiles::for_root(&root),
             root,
             boot_time_seconds: stats.btime,
             ticks_per_second,
@@ -82,16 +85,20 @@ impl ProcReader {
     /// indices it is on. Returns one [`JobSample`] per holder that could be
     /// read; a holder whose `/proc` entry is gone is skipped silently.
     /// A process's children are read every few samples, not every one (see
-    /// `children.rs`).
+    /// `children.rs`); the files read every sample are kept open on a real
+    /// procfs (see `open_files.rs`).
     pub fn read_jobs(
         &mut self,
         holders: &[(u32, Vec<u32>)],
         errors: &mut ErrorCounts,
     ) -> Vec<JobSample> {
         let mut cache = std::mem::take(&mut self.children);
+        let mut files = std::mem::take(&mut self.open_files);
         cache.begin();
-        let jobs = job::read_jobs(self, holders, errors, &mut cache);
+        files.begin();
+        let jobs = job::read_jobs(self, holders, errors, &mut cache, &mut files);
         self.children = cache;
+        self.open_files = files;
         jobs
     }
 

@@ -1,11 +1,14 @@
-//! Small `/proc` files read with one `open`, one `read` and one `close`,
-//! into a buffer reused across the whole sample, and parsed by procfs.
+//! Small `/proc` files read with one `open`, one `read` and one `close`
+//! (or one `read` of a file kept open, see `open_files.rs`), into a buffer
+//! reused across the whole sample, and parsed by procfs.
 
 use std::fs::File;
-use std::io::{self, Read};
+use std::io;
 use std::path::Path;
 
 use procfs::{FromRead, ProcErrorExt, ProcResult};
+
+use super::open_files::{OpenFiles, read_all_at};
 
 /// A reusable read buffer.
 pub struct Buffer(Vec<u8>);
@@ -17,22 +20,10 @@ impl Default for Buffer {
 }
 
 impl Buffer {
-    /// The whole content of `path`. procfs generates these files in one go,
-    /// so one `read` returns all of a file shorter than the buffer; longer
-    /// ones are read on until end of file.
+    /// The whole content of `path`.
     pub fn read(&mut self, path: &Path) -> io::Result<&[u8]> {
-        let mut file = File::open(path)?;
-        let mut len = 0;
-        loop {
-            if len == self.0.len() {
-                self.0.resize(self.0.len() * 2, 0);
-            }
-            let n = file.read(&mut self.0[len..])?;
-            len += n;
-            if n == 0 || len < self.0.len() {
-                return Ok(&self.0[..len]);
-            }
-        }
+        let len = read_all_at(&File::open(path)?, &mut self.0)?;
+        Ok(&self.0[..len])
     }
 
     /// Reads and parses `path` with procfs's parser for `T`.
@@ -41,6 +32,14 @@ impl Buffer {
             .read(path)
             .map_err(|e| procfs::ProcError::from(e).error_path(path))?;
         T::from_read(bytes)
+    }
+
+    /// Like [`Buffer::parse`], through a file kept open in `files`.
+    pub fn parse_kept<T: FromRead>(&mut self, files: &mut OpenFiles, path: &Path) -> ProcResult<T> {
+        let len = files
+            .read(path, &mut self.0)
+            .map_err(|e| procfs::ProcError::from(e).error_path(path))?;
+        T::from_read(&self.0[..len])
     }
 
     /// Whitespace-separated pids (a `children` file).

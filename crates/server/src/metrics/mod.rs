@@ -180,7 +180,7 @@ fn own(e: &mut DescriptorEncoder, s: &Snapshot) -> Result<(), std::fmt::Error> {
     gauge(
         e,
         "stallwatch_sample_duration",
-        "How long the latest sample of GPUs, jobs and host took.",
+        "How long the latest sample took: reading GPUs, jobs and host, deriving rates, and the diagnosis.",
         Some(&Unit::Seconds),
         no_labels(s.sample_duration_seconds),
     )?;

@@ -1,0 +1,344 @@
+"""The load both benchmarks put on the host, and how they watch a process.
+
+Shared by scripts/bench-sample and scripts/bench-overhead (Python 3 standard
+library only): 8 stand-in GPUs (the stand-in NVML library, driven by a
+scenario file), jobs of 9 real processes (a Python process with 20 threads
+holding a GPU, and 8 `sleep` children), unrelated `sleep`s, a process group
+that is killed on exit, /proc readings (CPU ticks, per-thread CPU, RSS) and
+/metrics scraping with a check that a scrape shows the load.
+"""
+
+import ctypes
+import gzip
+import http.client
+import itertools
+import os
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RELEASE = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "release"
+BINARY = RELEASE / "stallwatch"
+FAKE_NVML = RELEASE / "libnvidia_ml.so"
+
+GPUS = 8
+JOB_THREADS = 20  # in the GPU-holding process: main + 19
+JOB_CHILDREN = 8  # `sleep` children: 9 processes per job
+TICKS = os.sysconf("SC_CLK_TCK")
+PR_SET_PDEATHSIG = 1
+OPENMETRICS = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"
+
+# The GPU-holding process of one job. It exits (killing its children) when
+# its stdin reaches EOF; like every process started here it also gets SIGKILL
+# when this script dies, and `sleep`s end by themselves after a bounded time.
+JOB_CODE = r"""
+import ctypes, signal, subprocess, sys, threading
+threads, children, life = map(int, sys.argv[1:4])
+die = lambda: ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+kids = [subprocess.Popen(["sleep", str(life)], preexec_fn=die) for _ in range(children)]
+stop = threading.Event()
+for i in range(threads - 1):
+    threading.Thread(target=stop.wait, daemon=True).start()
+print("ready", flush=True)
+sys.stdin.read()
+for k in kids:
+    k.kill()
+"""
+
+# Unrelated processes: one shell forking `sleep`s, all in one process group.
+UNRELATED_CODE = 'i=0; while [ "$i" -lt "$1" ]; do sleep "$2" & i=$((i+1)); done; wait'
+
+
+class BenchError(Exception):
+    pass
+
+
+def die_with_parent():
+    """In the child before exec: SIGKILL when this script dies, even by SIGKILL."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+class Group:
+    """Processes started in their own session; all killed by group on exit."""
+
+    def __init__(self):
+        self.procs = []
+
+    def start(self, args, **kw):
+        p = subprocess.Popen(args, start_new_session=True, preexec_fn=die_with_parent, **kw)
+        self.procs.append(p)
+        return p
+
+    def kill(self, p, sig=signal.SIGKILL):
+        try:
+            os.killpg(p.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def kill_all(self):
+        for p in reversed(self.procs):
+            self.kill(p)
+        for p in reversed(self.procs):
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                print(f"warning: pid {p.pid} did not exit", file=sys.stderr)
+        self.procs.clear()
+
+
+# ---------------------------------------------------------------- /proc reads
+
+
+def children_of(pid):
+    out = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out.extend(int(c) for c in f.read().split())
+    except FileNotFoundError:
+        pass
+    return out
+
+
+def status_field(pid, name):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(name + ":"):
+                return line.split()[1]
+    raise BenchError(f"no {name} in /proc/{pid}/status")
+
+
+def cpu_ticks(pid):
+    """utime + stime of the whole process, in clock ticks."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def thread_cpu_ns(pid):
+    """CPU time of each live thread by name, in ns (schedstat), summed by name."""
+    by_name = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                name = f.read().strip()
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                ns = int(f.read().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        by_name[name] = by_name.get(name, 0) + ns
+    return by_name
+
+
+def load_average():
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def host_processes():
+    return sum(1 for d in os.listdir("/proc") if d.isdigit())
+
+
+def memory_mib(pid):
+    kib = lambda name: int(status_field(pid, name)) / 1024  # noqa: E731
+    return kib("VmRSS"), kib("VmHWM")
+
+
+# ------------------------------------------------------------------- scraping
+
+LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
+LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def parse(text):
+    """[(name, {labels}, value)] from exposition text."""
+    out = []
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = LINE.match(line)
+        if m:
+            labels = dict(LABEL.findall(m.group(2) or ""))
+            out.append((m.group(1), labels, float(m.group(3))))
+    return out
+
+
+def get(url, timeout=5.0):
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.read().decode()
+
+
+def scrape(url):
+    return parse(get(url + "/metrics"))
+
+
+def one(series, name):
+    found = [v for n, _, v in series if n == name]
+    if len(found) != 1:
+        raise BenchError(f"expected one {name}, got {found}")
+    return found[0]
+
+
+def check_load(series, leaders):
+    """Fails unless the scrape shows the 8 GPUs and the 8 jobs as set up."""
+    problems = []
+    if one(series, "stallwatch_nvml_up") != 1:
+        problems.append("stallwatch_nvml_up is not 1")
+    up = [v for n, _, v in series if n == "stallwatch_gpu_up"]
+    if up != [1.0] * GPUS:
+        problems.append(f"stallwatch_gpu_up: {up}")
+    procs = {int(l["pid"]): v for n, l, v in series if n == "stallwatch_job_processes"}
+    want = {pid: float(JOB_CHILDREN + 1) for pid in leaders}
+    if procs != want:
+        problems.append(f"stallwatch_job_processes: {procs}, want {want}")
+    threads = {}
+    for n, l, v in series:
+        if n == "stallwatch_job_threads":
+            threads[int(l["pid"])] = threads.get(int(l["pid"]), 0) + v
+    want = {pid: float(JOB_THREADS + JOB_CHILDREN) for pid in leaders}
+    if threads != want:
+        problems.append(f"stallwatch_job_threads (sum by job): {threads}, want {want}")
+    tops = {int(l["pid"]) for n, l, _ in series if n == "stallwatch_job_top_thread_cpu_ratio"}
+    if tops != set(leaders):
+        problems.append(f"stallwatch_job_top_thread_cpu_ratio for {sorted(tops)}")
+    if problems:
+        raise BenchError("the scrape does not show the load:\n  " + "\n  ".join(problems))
+
+
+def latency(port, n, headers):
+    """Client-side /metrics latency over n sequential keep-alive scrapes."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    times, size, decoded = [], 0, 0
+    try:
+        for _ in range(n):
+            start = time.perf_counter()
+            conn.request("GET", "/metrics", headers=headers)
+            r = conn.getresponse()
+            body = r.read()
+            times.append(time.perf_counter() - start)
+            if r.status != 200:
+                raise BenchError(f"/metrics answered {r.status}")
+            size = len(body)
+            encoding = r.getheader("Content-Encoding")
+            decoded = len(gzip.decompress(body)) if encoding == "gzip" else size
+    finally:
+        conn.close()
+    times.sort()
+    return {
+        "p50_ms": 1e3 * times[len(times) // 2],
+        "p99_ms": 1e3 * times[min(len(times) - 1, int(len(times) * 0.99))],
+        "mean_ms": 1e3 * statistics.fmean(times),
+        "bytes": size,
+        "decoded_bytes": decoded,
+    }
+
+
+# -------------------------------------------------------------------- set-up
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def gpu(index, pids):
+    """A scenario GPU like tests/e2e/daemon.py's, held by the processes `pids`."""
+    return {
+        "uuid": f"GPU-00000000-0000-0000-0000-00000000000{index}",
+        "name": "NVIDIA H100 80GB HBM3",
+        "pci_bus_id": f"00000000:{0x17 + index:02X}:00.0",
+        "utilization_gpu": 50,
+        "utilization_memory": 20,
+        "memory_total_bytes": 85899345920,
+        "memory_used_bytes": 75161927680,
+        "temperature_c": 50,
+        "power_mw": 200000,
+        "power_limit_mw": 700000,
+        "energy_mj": 1000000,
+        "sm_clock_mhz": 1980,
+        "memory_clock_mhz": 2619,
+        "clock_event_reasons": 0,
+        "pcie_tx_kbps": 1000,
+        "pcie_rx_kbps": 2000,
+        "processes": [
+            {"pid": pid, "used_memory_bytes": 70 * 2**30 // len(pids), "sm_util": 40, "mem_util": 10}
+            for pid in pids
+        ],
+    }
+
+
+def scenario(leaders):
+    """The stand-in NVML scenario: GPUS GPUs, the jobs' leaders spread over
+    them in turn (one each with 8 jobs; 8 each with 64; GPUs 1-7 idle with 1)."""
+    return {
+        "driver_version": "550.54.15",
+        "gpus": [gpu(i, leaders[i::GPUS]) for i in range(GPUS)],
+    }
+
+
+JOB_MARK = "stallwatch-bench-job-"  # + a number, last on each leader's command line
+_job_numbers = itertools.count()
+
+
+def start_jobs(group, life, count=GPUS):
+    """Starts `count` jobs; returns their leaders' pids once all are set up.
+    Each leader's command line ends in JOB_MARK and a number of its own."""
+    leaders = []
+    for _ in range(count):
+        mark = f"{JOB_MARK}{next(_job_numbers)}"
+        p = group.start(
+            [sys.executable, "-c", JOB_CODE, str(JOB_THREADS), str(JOB_CHILDREN), str(life), mark],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        leaders.append(p)
+    for p in leaders:
+        if p.stdout.readline().strip() != b"ready":
+            raise BenchError(f"job {p.pid} did not start")
+    for p in leaders:
+        threads = int(status_field(p.pid, "Threads"))
+        kids = children_of(p.pid)
+        if threads != JOB_THREADS or len(kids) != JOB_CHILDREN:
+            raise BenchError(f"job {p.pid}: {threads} threads, {len(kids)} children")
+    return [p.pid for p in leaders]
+
+
+class Unrelated:
+    """A number of unrelated `sleep` processes, all in one process group."""
+
+    def __init__(self, group, life):
+        self.group, self.life = group, life
+        self.sh, self.count = None, 0
+
+    def set(self, count, timeout=180):
+        if count == self.count:
+            return
+        if self.sh is not None:
+            print(f"stopping {self.count} unrelated processes ...", flush=True)
+            floor = host_processes() - self.count
+            self.group.kill(self.sh)
+            self.sh.wait(timeout=10)
+            self.sh, self.count = None, 0
+            deadline = time.monotonic() + 60
+            while host_processes() > floor + 100 and time.monotonic() < deadline:
+                time.sleep(0.2)  # until the killed ones are reaped
+        if count > 0:
+            print(f"starting {count} unrelated processes ...", flush=True)
+            self.sh = self.group.start(["sh", "-c", UNRELATED_CODE, "sh", str(count), str(self.life)])
+            deadline = time.monotonic() + timeout
+            while len(children_of(self.sh.pid)) < count:
+                if time.monotonic() > deadline or self.sh.poll() is not None:
+                    running = len(children_of(self.sh.pid))
+                    raise BenchError(f"only {running} of {count} unrelated processes started")
+                time.sleep(0.2)
+            self.count = count
+        time.sleep(5)  # let the burst of forks or exits settle
