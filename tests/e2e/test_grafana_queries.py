@@ -8,7 +8,6 @@ prints steadily), GPU 2 hung (idle GPU, a job that neither works nor writes).
 Diagnosis windows are scaled down so all three verdicts arrive in seconds."""
 
 import json
-import shutil
 import subprocess
 import sys
 import time
@@ -17,7 +16,8 @@ import urllib.parse
 import pytest
 import yaml
 
-from daemon import Daemon, free_port, gpu, http_get
+from daemon import Daemon, gpu, http_get
+from prometheus_server import PrometheusServer
 from grafana_files import (
     ALERTING, DASHBOARDS, RULES, alert_queries, grafana_variables, load_dashboard, load_yaml,
     panels, substitute, targets, variable_queries,
@@ -44,27 +44,17 @@ def held_by(index, pid, util):
 def start_prometheus(tmp, target):
     """A real Prometheus scraping the daemon every second, with the repository's
     rules file evaluated every second (its groups' own intervals replaced)."""
-    binary = shutil.which("prometheus")
-    assert binary, "prometheus not installed: run scripts/install-test-deps"
     assert RULES.exists(), f"{RULES} missing: the dashboards are built on its recording rules"
     rules = yaml.safe_load(RULES.read_text())
     for group in rules["groups"]:
         group["interval"] = f"{SCRAPE_S}s"
     (tmp / "rules.yml").write_text(yaml.safe_dump(rules))
-    (tmp / "prometheus.yml").write_text(yaml.safe_dump({
+    return PrometheusServer(tmp, yaml.safe_dump({
         "global": {"scrape_interval": f"{SCRAPE_S}s", "scrape_timeout": "900ms",
                    "evaluation_interval": f"{SCRAPE_S}s"},
         "rule_files": [str(tmp / "rules.yml")],
         "scrape_configs": [{"job_name": "stallwatch", "static_configs": [{"targets": [target]}]}],
     }))
-    port = free_port()
-    log = open(tmp / "prometheus.log", "wb")
-    process = subprocess.Popen(
-        [binary, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'data'}",
-         f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )
-    return process, log, f"http://127.0.0.1:{port}"
 
 
 class Stack:
@@ -87,8 +77,8 @@ class Stack:
         (self.tmp / "daemon").mkdir()
         self.daemon = Daemon(self.tmp / "daemon", scenario, config=CONFIG).start()
         self.instance = f"127.0.0.1:{self.daemon.port}"
-        process, log, self.url = start_prometheus(self.tmp, self.instance)
-        self.prometheus = (process, log)
+        self.prometheus = start_prometheus(self.tmp, self.instance)
+        self.url = self.prometheus.url
         for expr in (
             f'instance_pid_comm:stallwatch_job_stalled_gpus:count{{pid="{starved.pid}"}}',
             'stallwatch_gpu_verdict{gpu="1", verdict="healthy"} == 1',
@@ -119,10 +109,7 @@ class Stack:
 
     def stop(self):
         if self.prometheus:
-            process, log = self.prometheus
-            process.terminate()
-            process.wait(timeout=20)
-            log.close()
+            self.prometheus.stop()
         code = self.daemon.stop() if self.daemon else 0
         for p, out in self.jobs:
             kill_group(p)

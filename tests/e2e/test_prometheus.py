@@ -1,50 +1,33 @@
 """A real Prometheus scrapes the real daemon."""
 
 import json
-import shutil
-import subprocess
 import time
 import urllib.parse
 
 import pytest
 
-from daemon import free_port, gpu, http_get
+from daemon import gpu, http_get
+from prometheus_server import PrometheusServer
 
 
 @pytest.fixture
 def prometheus(tmp_path):
-    binary = shutil.which("prometheus")
-    assert binary, "prometheus not installed: run scripts/install-test-deps"
-    procs = []
+    servers = []
 
     def start(target, scrape_extra=""):
         """Scrapes target; scrape_extra adds lines to its job (indented by 4)."""
-        port = free_port()
-        config = tmp_path / "prometheus.yml"
-        config.write_text(
+        server = PrometheusServer(
+            tmp_path,
             "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n"
             "scrape_configs:\n  - job_name: stallwatch\n"
-            f"    static_configs:\n      - targets: ['{target}']\n" + scrape_extra
+            f"    static_configs:\n      - targets: ['{target}']\n" + scrape_extra,
         )
-        log = open(tmp_path / "prometheus.log", "wb")
-        p = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={config}",
-                f"--storage.tsdb.path={tmp_path / 'data'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        procs.append((p, log))
-        return f"http://127.0.0.1:{port}"
+        servers.append(server)
+        return server.url
 
     yield start
-    for p, log in procs:
-        p.terminate()
-        p.wait(timeout=20)
-        log.close()
+    for server in servers:
+        server.stop()
 
 
 def query(base, expr):

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from daemon import ROOT, free_port, gpu, http_get
+from daemon import ROOT, gpu, http_get
+from prometheus_server import PrometheusServer
 from test_diagnosis import FAST, job  # noqa: F401 (job: the spinner fixture)
 from test_prometheus import wait_query
 
@@ -179,9 +180,7 @@ def test_federation_matches_every_recording_rule():
 def prometheus_with_rules(tmp_path):
     """A Prometheus run from the shipped prometheus.yml and rules file, scraping one target
     every second (the shipped relabeling sets instance to the host)."""
-    binary = shutil.which("prometheus")
-    assert binary, "prometheus not installed: run scripts/install-test-deps"
-    procs = []
+    servers = []
 
     def start(target):
         config = yaml.safe_load((DEPLOY / "prometheus.yml").read_text())
@@ -191,22 +190,13 @@ def prometheus_with_rules(tmp_path):
         (job,) = config["scrape_configs"]
         job.pop("file_sd_configs")
         job.update(scrape_timeout="900ms", static_configs=[{"targets": [target]}])
-        (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
-        port = free_port()
-        log = open(tmp_path / "prometheus.log", "wb")
-        p = subprocess.Popen(
-            [binary, f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'data'}",
-             f"--web.listen-address=127.0.0.1:{port}"],
-            stdout=log, stderr=subprocess.STDOUT,
-        )
-        procs.append((p, log))
-        return f"http://127.0.0.1:{port}"
+        server = PrometheusServer(tmp_path, yaml.safe_dump(config))
+        servers.append(server)
+        return server.url
 
     yield start
-    for p, log in procs:
-        p.terminate()
-        p.wait(timeout=20)
-        log.close()
+    for server in servers:
+        server.stop()
 
 
 def active_alerts(base):

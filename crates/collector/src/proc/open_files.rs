@@ -106,18 +106,24 @@ pub fn read_all_at(file: &File, buf: &mut Vec<u8>) -> io::Result<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::process::{Command, Stdio};
+    use std::process::{Child, Command, Stdio};
 
-    #[test]
-    fn a_kept_file_reads_its_process_until_it_is_reaped() {
-        let mut files = OpenFiles::for_root(Path::new("/proc"));
-        assert!(files.enabled, "/proc is a procfs mount");
-        let mut child = Command::new("sleep")
+    /// A real process to read, and its `stat` path.
+    fn sleeper() -> (Child, PathBuf) {
+        let child = Command::new("sleep")
             .arg("30")
             .stdin(Stdio::null())
             .spawn()
             .unwrap();
         let path = PathBuf::from(format!("/proc/{}/stat", child.id()));
+        (child, path)
+    }
+
+    #[test]
+    fn a_kept_file_reads_its_process_until_it_is_reaped() {
+        let mut files = OpenFiles::for_root(Path::new("/proc"));
+        assert!(files.enabled, "/proc is a procfs mount");
+        let (mut child, path) = sleeper();
         let mut buf = Vec::new();
         files.begin();
         let len = files.read(&path, &mut buf).unwrap();
@@ -134,12 +140,7 @@ mod tests {
     #[test]
     fn a_kept_file_reads_fresh_content_each_time() {
         let mut files = OpenFiles::for_root(Path::new("/proc"));
-        let mut child = Command::new("sleep")
-            .arg("30")
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap();
-        let path = PathBuf::from(format!("/proc/{}/stat", child.id()));
+        let (mut child, path) = sleeper();
         let state = |files: &mut OpenFiles| {
             let mut buf = Vec::new();
             let len = files.read(&path, &mut buf).unwrap();
