@@ -160,6 +160,35 @@ fn a_saturated_host_is_cpu_saturated_not_single_thread_bound() {
 }
 
 #[test]
+fn a_busy_host_without_cpu_waits_is_not_saturated() {
+    // One thread pinned on one of two cores, other work busy on the other:
+    // the host reads 100% busy, but PSI shows nobody waiting for a CPU.
+    let mut run = Run::default();
+    run.feed(0, 300, |t| {
+        let mut f = frame(t, 0.02, vec![job(100, 1.0, 0.99)]);
+        f.host.cpu_utilization = Some(0.99);
+        f.host.psi_cpu_some = Some(0.06);
+        f
+    });
+    assert_eq!(
+        run.kinds(),
+        vec![Kind::InputStarved, Kind::SingleThreadBound]
+    );
+}
+
+#[test]
+fn without_psi_a_busy_host_is_saturated() {
+    let mut run = Run::default();
+    run.feed(0, 300, |t| {
+        let mut f = frame(t, 0.02, vec![job(100, 1.9, 0.99)]);
+        f.host.cpu_utilization = Some(0.97);
+        f.host.psi_cpu_some = None;
+        f
+    });
+    assert_eq!(run.kinds(), vec![Kind::InputStarved, Kind::CpuSaturated]);
+}
+
+#[test]
 fn threads_in_disk_sleep_on_a_starved_gpu_are_io_bound() {
     let mut run = Run::default();
     run.feed(0, 300, |t| {

@@ -6,14 +6,19 @@ use crate::Kind;
 use crate::evidence::{round, round_opt};
 use crate::hysteresis::Condition;
 
-/// Whether the host is short of CPU over the cpu_saturated window.
+/// Whether the host is short of CPU over the cpu_saturated window. Where the
+/// kernel has PSI, tasks waiting for a CPU decide: a host kept busy by one
+/// pinned thread plus work that has cores of its own is busy, not short.
+/// Without PSI, the host's busy share stands in.
 fn host_saturated(ctx: &Ctx) -> (bool, Option<f64>, Option<f64>) {
     let c = &ctx.config.cpu_saturated;
     let w = ctx.window(Kind::CpuSaturated);
     let host = w.mean(|p| p.host_cpu);
     let psi = w.mean(|p| p.psi_cpu);
-    let saturated =
-        host.is_some_and(|h| h >= c.min_host_cpu) || psi.is_some_and(|p| p >= c.min_psi_cpu);
+    let saturated = match psi {
+        Some(p) => p >= c.min_psi_cpu,
+        None => host.is_some_and(|h| h >= c.min_host_cpu),
+    };
     (saturated, host, psi)
 }
 
@@ -52,16 +57,16 @@ pub fn cpu_saturated(ctx: &Ctx) -> Finding {
     let enter = ctx.refinement_parent() && w.covered() && saturated;
     let latest = ctx.history.latest();
     let host_now = latest.and_then(|p| p.host_cpu).unwrap_or(0.0);
-    let psi_now = latest.and_then(|p| p.psi_cpu).unwrap_or(0.0);
+    let calm = match latest.and_then(|p| p.psi_cpu) {
+        Some(psi_now) => psi_now < c.exit_psi_cpu,
+        None => host_now < c.exit_host_cpu,
+    };
     let mut evidence = ctx.utilization_evidence(&w);
     evidence.host_cpu_ratio = round_opt(host);
     evidence.psi_cpu_some = round_opt(psi);
     evidence.host_cpus = ctx.host.cpus;
     Finding {
-        condition: Condition {
-            enter,
-            exit: host_now < c.exit_host_cpu && psi_now < c.exit_psi_cpu,
-        },
+        condition: Condition { enter, exit: calm },
         evidence,
     }
 }
