@@ -25,6 +25,15 @@ def free_port():
         return s.getsockname()[1]
 
 
+def kill_group(p):
+    """Kills the process and its children (they share its session)."""
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    p.wait()
+
+
 def http_get(url, headers=None, timeout=5.0):
     """Returns (status, headers, body bytes) without raising on 4xx/5xx."""
     request = urllib.request.Request(url, headers=headers or {})

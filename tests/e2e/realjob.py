@@ -1,12 +1,12 @@
 """Starts tests/e2e/job.py as a real process and waits until it is ready."""
 
-import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from daemon import kill_group
 
 JOB = Path(__file__).with_name("job.py")
 
@@ -27,12 +27,7 @@ def start_job(*args, stdout=None, env=None, cwd=None, argv_extra=()):
     return p
 
 
-def stop_job(p):
-    try:
-        os.killpg(p.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    p.wait()
+stop_job = kill_group  # job.py runs in a session of its own
 
 
 @pytest.fixture

@@ -1,7 +1,5 @@
 """Jobs are real processes: their threads, children and output are read from /proc."""
 
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -9,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon import gpu
+from daemon import gpu, kill_group
 
 SPINNER = Path(__file__).with_name("spinner.py")
 
@@ -31,15 +29,6 @@ def wait_ready(log):
     deadline = time.monotonic() + 10
     while "ready" not in log.read_text() and time.monotonic() < deadline:
         time.sleep(0.05)
-
-
-def kill_group(p):
-    """Kills the process and its children (they share its session)."""
-    try:
-        os.killpg(p.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    p.wait()
 
 
 def holding(pid, **fields):
