@@ -13,3 +13,4 @@ pub mod sample;
 pub mod snapshot;
 
 pub use error::CollectError;
+pub mod stacks;

@@ -11,6 +11,7 @@ use crate::hint::hint;
 use crate::hysteresis::{Episode, Transition};
 use crate::processes;
 use crate::report::{job_status, make_event, primary_job};
+use crate::stacks::StackReport;
 use crate::status::{ActiveKind, Event, GpuStatus, JobStatus, KindCounters, Phase};
 use crate::tracking::{ProcessActivity, Progress};
 use crate::window::{History, Point};
@@ -45,6 +46,9 @@ struct GpuState {
     leftover_pids: Vec<u32>,
     last_t: Option<f64>,
     jobs: Vec<JobStatus>,
+    /// Python stacks sampled for the current episodes of the kinds that want
+    /// them; cleared when none of those is active.
+    stacks: Option<StackReport>,
 }
 
 impl GpuState {
@@ -65,6 +69,7 @@ impl GpuState {
             leftover_pids: Vec::new(),
             last_t: None,
             jobs: Vec::new(),
+            stacks: None,
         }
     }
 
@@ -229,6 +234,9 @@ impl Engine {
             }
             let was_active = state.episodes[i].is_active();
             let mut finding = detect(kind, &ctx);
+            if kind.wants_stacks() {
+                finding.evidence.stacks.clone_from(&state.stacks);
+            }
             if kind.waits_for_warmup() && (all_warming || warmed.is_empty()) {
                 finding.condition.enter = false;
             }
@@ -291,6 +299,13 @@ impl Engine {
             }
         }
 
+        if !Kind::ALL
+            .iter()
+            .enumerate()
+            .any(|(i, k)| k.wants_stacks() && state.episodes[i].is_active())
+        {
+            state.stacks = None;
+        }
         let stalled = Kind::ALL
             .iter()
             .enumerate()
@@ -306,6 +321,67 @@ impl Engine {
         };
         state.set_verdict(verdict, t);
         state.jobs = jobs.iter().map(|j| job_status(j, gpu, t, warmup)).collect();
+    }
+
+    /// Whether the GPU (by uuid, or index where it has none) has an active
+    /// episode that wants stacks and has none yet.
+    pub fn wants_stacks(&self, gpu: u32, uuid: &str) -> bool {
+        self.gpus.iter().any(|s| {
+            s.index == gpu
+                && (uuid.is_empty() || s.uuid == uuid)
+                && s.stacks.is_none()
+                && Kind::ALL
+                    .iter()
+                    .enumerate()
+                    .any(|(i, k)| k.wants_stacks() && s.episodes[i].is_active())
+        })
+    }
+
+    /// Attaches a stack report to the GPU's active episodes that want stacks
+    /// and to their start events still in the ring. Returns those events, as
+    /// now amended; none when no such episode is active any more.
+    pub fn attach_stacks(&mut self, gpu: u32, uuid: &str, report: StackReport) -> Vec<Event> {
+        let Some(state) = self
+            .gpus
+            .iter_mut()
+            .find(|s| s.index == gpu && (uuid.is_empty() || s.uuid == uuid))
+        else {
+            return Vec::new();
+        };
+        let active: Vec<(Kind, f64)> = Kind::ALL
+            .iter()
+            .enumerate()
+            .filter(|(_, k)| k.wants_stacks())
+            .filter_map(|(i, k)| Some((*k, state.episodes[i].active_since?)))
+            .collect();
+        if active.is_empty() {
+            return Vec::new();
+        }
+        for (i, k) in Kind::ALL.iter().enumerate() {
+            if k.wants_stacks() && state.episodes[i].is_active() {
+                state.evidence[i].stacks = Some(report.clone());
+            }
+        }
+        state.stacks = Some(report.clone());
+        let uuid = state.uuid.clone();
+        let mut amended = Vec::new();
+        for event in self.events.iter_mut().rev() {
+            let current = active
+                .iter()
+                .any(|(k, since)| event.kind == *k && event.time >= *since);
+            if event.phase == Phase::Start
+                && event.gpu == gpu
+                && event.uuid == uuid
+                && current
+                && event.evidence.stacks.is_none()
+            {
+                event.evidence.stacks = Some(report.clone());
+                event.hint = hint(event.kind, &event.evidence);
+                amended.push(event.clone());
+            }
+        }
+        amended.reverse();
+        amended
     }
 
     /// Per-GPU status, in GPU index order.

@@ -73,6 +73,10 @@ pub struct Evidence {
     pub clock_event_reasons: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temperature_celsius: Option<f64>,
+    /// Python stacks of the process that owns the busiest thread (or of the
+    /// job, for the no-progress kinds), sampled when the episode started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stacks: Option<crate::stacks::StackReport>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

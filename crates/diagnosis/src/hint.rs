@@ -2,8 +2,9 @@
 
 use crate::Kind;
 use crate::evidence::Evidence;
+use crate::stacks::Outcome;
 
-pub fn hint(kind: Kind, evidence: &Evidence) -> String {
+fn base_hint(kind: Kind, evidence: &Evidence) -> String {
     let top = evidence.top_threads.first();
     match kind {
         Kind::InputStarved => "The GPU is waiting for data: the input pipeline cannot keep up. \
@@ -92,5 +93,26 @@ pub fn hint(kind: Kind, evidence: &Evidence) -> String {
                  the power limit (nvidia-smi -q -d POWER), and the host's power capping."
             )
         }
+    }
+}
+
+/// The hint for a finding; where the job's Python stacks were sampled, it
+/// starts with the place they found, and says why when they could not be.
+pub fn hint(kind: Kind, evidence: &Evidence) -> String {
+    let base = base_hint(kind, evidence);
+    match &evidence.stacks {
+        Some(s) if s.outcome == Outcome::Sampled => {
+            let base = base.replace(
+                "dump stacks (py-spy dump --pid PID)",
+                "see the stacks below",
+            );
+            let base = base.replace(
+                "Dump stacks (py-spy dump --pid PID)",
+                "Check the stacks below",
+            );
+            format!("Python stacks of pid {}: {}. {base}", s.pid, s.summary)
+        }
+        Some(s) => format!("{base} (No Python stacks: {}.)", s.summary),
+        None => base,
     }
 }

@@ -78,6 +78,28 @@ impl Kind {
         )
     }
 
+    /// Kinds whose episodes are worth the job's Python stacks: where the
+    /// job's own code keeps the GPU waiting.
+    pub fn wants_stacks(self) -> bool {
+        matches!(
+            self,
+            Kind::InputStarved
+                | Kind::InputBound
+                | Kind::SingleThreadBound
+                | Kind::BusyNoProgress
+                | Kind::IdleNoProgress
+        )
+    }
+
+    /// Whether its stacks should show every thread (where each one waits)
+    /// rather than the busy work.
+    pub fn stacks_focus(self) -> crate::stacks::Focus {
+        match self {
+            Kind::BusyNoProgress | Kind::IdleNoProgress => crate::stacks::Focus::AllThreads,
+            _ => crate::stacks::Focus::Busy,
+        }
+    }
+
     /// Whether the warm-up grace period holds this kind back.
     pub fn waits_for_warmup(self) -> bool {
         !matches!(

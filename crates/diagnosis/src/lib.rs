@@ -13,6 +13,7 @@ pub mod hysteresis;
 pub mod kind;
 mod processes;
 mod report;
+pub mod stacks;
 pub mod status;
 mod tracking;
 pub mod window;

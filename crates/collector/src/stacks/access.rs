@@ -1,0 +1,221 @@
+//! Before a spy is made: is the process there, is it CPython (and not a
+//! free-threaded build), and, when reading fails, why in plain words.
+
+use std::io;
+use std::path::Path;
+
+use super::Unavailable;
+
+/// CAP_SYS_PTRACE's bit in `CapEff`.
+const CAP_SYS_PTRACE: u32 = 19;
+
+/// What the process's memory map says about its interpreter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Interpreter {
+    CPython,
+    FreeThreaded(String),
+    None,
+}
+
+/// The interpreter a `/proc/<pid>/maps` text shows: a mapped `python3.X`
+/// binary or `libpython3.X.so`; a `t` after the version is a free-threaded
+/// build (`python3.13t`, `libpython3.13t.so`), which py-spy cannot read.
+pub fn interpreter(maps: &str) -> Interpreter {
+    let mut found = Interpreter::None;
+    for path in maps.lines().filter_map(|l| l.split_whitespace().nth(5)) {
+        let name = path.rsplit('/').next().unwrap_or(path);
+        let rest = name
+            .strip_prefix("libpython")
+            .or_else(|| name.strip_prefix("python"));
+        let Some(rest) = rest else { continue };
+        let version: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_digit() || *c == '.')
+            .collect();
+        let version = version.trim_end_matches('.');
+        let after = &rest[version.len()..];
+        if version.is_empty() && !after.is_empty() {
+            continue; // `pythonic.so`, `python-foo`: not an interpreter
+        }
+        if after.starts_with('t') {
+            return Interpreter::FreeThreaded(format!("{version}t"));
+        }
+        if after.is_empty()
+            || after.starts_with(".so")
+            || after.starts_with('d')
+            || after.starts_with('m')
+        {
+            found = Interpreter::CPython;
+        }
+    }
+    found
+}
+
+fn is_permission(e: &io::Error) -> bool {
+    // EPERM or EACCES
+    matches!(e.raw_os_error(), Some(1 | 13)) || e.kind() == io::ErrorKind::PermissionDenied
+}
+
+/// Checks that `pid` runs a CPython stallwatch can read.
+pub fn check(root: &Path, pid: u32, comm: &str) -> Result<(), Unavailable> {
+    let dir = root.join(pid.to_string());
+    match std::fs::read_to_string(dir.join("maps")) {
+        Ok(maps) => match interpreter(&maps) {
+            Interpreter::CPython => Ok(()),
+            Interpreter::FreeThreaded(v) => Err(Unavailable::FreeThreaded(format!(
+                "pid {pid} ({comm}) runs free-threaded Python {v}, whose stacks cannot be read yet"
+            ))),
+            Interpreter::None if maps.is_empty() => Err(exited(pid, comm)),
+            Interpreter::None => Err(Unavailable::NotPython(format!(
+                "pid {pid} ({comm}) is not a Python process (no Python interpreter in its memory map)"
+            ))),
+        },
+        Err(e) if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(3) => {
+            Err(exited(pid, comm))
+        }
+        Err(e) if is_permission(&e) => {
+            Err(Unavailable::NoPermission(no_permission(root, pid, comm)))
+        }
+        Err(e) => Err(Unavailable::Failed(format!(
+            "cannot read pid {pid}'s memory map: {e}"
+        ))),
+    }
+}
+
+pub fn exited(pid: u32, comm: &str) -> Unavailable {
+    Unavailable::Exited(format!(
+        "pid {pid} ({comm}) exited before its stacks were read"
+    ))
+}
+
+fn status_field(text: &str, field: &str) -> Option<String> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(field))
+        .map(|v| v.trim().to_owned())
+}
+
+/// Says exactly what keeps stallwatch from reading `pid`'s memory.
+pub fn no_permission(root: &Path, pid: u32, comm: &str) -> String {
+    let scope = std::fs::read_to_string(root.join("sys/kernel/yama/ptrace_scope"))
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok());
+    let own = std::fs::read_to_string(root.join("self/status")).unwrap_or_default();
+    let has_cap = status_field(&own, "CapEff:")
+        .and_then(|hex| u64::from_str_radix(&hex, 16).ok())
+        .is_some_and(|caps| caps & (1 << CAP_SYS_PTRACE) != 0);
+    let target =
+        std::fs::read_to_string(root.join(pid.to_string()).join("status")).unwrap_or_default();
+    let uid = |text: &str| {
+        status_field(text, "Uid:").and_then(|v| v.split_whitespace().next().map(str::to_owned))
+    };
+    let other_user = uid(&target).is_some_and(|t| Some(t) != uid(&own));
+    if scope == Some(3) {
+        return format!(
+            "cannot read pid {pid} ({comm}): Yama ptrace_scope is 3 (/proc/sys/kernel/yama/ptrace_scope), \
+             which forbids reading any other process's memory, even with CAP_SYS_PTRACE"
+        );
+    }
+    if !has_cap {
+        let why = match (other_user, scope) {
+            (true, _) => "it belongs to another user".to_owned(),
+            (false, Some(s)) if s >= 1 => format!("Yama ptrace_scope is {s}"),
+            _ => "the kernel refused".to_owned(),
+        };
+        return format!(
+            "cannot read pid {pid} ({comm}): stallwatch lacks CAP_SYS_PTRACE, which reading its \
+             memory needs ({why}); the shipped systemd unit grants it"
+        );
+    }
+    format!(
+        "cannot read pid {pid} ({comm}): permission denied despite CAP_SYS_PTRACE \
+         (a security module or seccomp policy forbids process_vm_readv)"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn maps(paths: &[&str]) -> String {
+        paths
+            .iter()
+            .map(|p| format!("7f00-7f10 r-xp 00000000 08:01 1234 {p}\n"))
+            .collect()
+    }
+
+    #[test]
+    fn tells_python_from_other_programs() {
+        assert_eq!(
+            interpreter(&maps(&["/usr/bin/python3.11", "/usr/lib/libc.so.6"])),
+            Interpreter::CPython
+        );
+        assert_eq!(
+            interpreter(&maps(&[
+                "/opt/app/bin/trainer",
+                "/opt/conda/lib/libpython3.10.so.1.0"
+            ])),
+            Interpreter::CPython
+        );
+        assert_eq!(
+            interpreter(&maps(&["/usr/bin/python3.8m"])),
+            Interpreter::CPython
+        );
+        assert_eq!(
+            interpreter(&maps(&["/usr/bin/sleep", "/usr/lib/libc.so.6"])),
+            Interpreter::None
+        );
+        assert_eq!(
+            interpreter(&maps(&[
+                "/srv/pythonic-tools/bin/run",
+                "/usr/lib/python-support.so"
+            ])),
+            Interpreter::None
+        );
+        assert_eq!(
+            interpreter("7f00-7f10 rw-p 00000000 00:00 0 \n"),
+            Interpreter::None
+        );
+    }
+
+    #[test]
+    fn free_threaded_builds_are_named() {
+        assert_eq!(
+            interpreter(&maps(&["/usr/bin/python3.13t"])),
+            Interpreter::FreeThreaded("3.13t".into())
+        );
+        assert_eq!(
+            interpreter(&maps(&["/usr/bin/app", "/usr/lib/libpython3.14t.so.1.0"])),
+            Interpreter::FreeThreaded("3.14t".into())
+        );
+    }
+
+    #[test]
+    fn says_which_permission_is_missing() {
+        let root = tempfile::tempdir().unwrap();
+        let p = root.path();
+        std::fs::create_dir_all(p.join("self")).unwrap();
+        std::fs::create_dir_all(p.join("77")).unwrap();
+        std::fs::create_dir_all(p.join("sys/kernel/yama")).unwrap();
+        std::fs::write(
+            p.join("self/status"),
+            "Uid:\t65534\t65534\t65534\t65534\nCapEff:\t0000000000000000\n",
+        )
+        .unwrap();
+        std::fs::write(p.join("77/status"), "Uid:\t0\t0\t0\t0\n").unwrap();
+        std::fs::write(p.join("sys/kernel/yama/ptrace_scope"), "1\n").unwrap();
+        let msg = no_permission(p, 77, "python3");
+        assert!(
+            msg.contains("lacks CAP_SYS_PTRACE") && msg.contains("another user"),
+            "{msg}"
+        );
+        std::fs::write(p.join("sys/kernel/yama/ptrace_scope"), "3\n").unwrap();
+        assert!(no_permission(p, 77, "python3").contains("ptrace_scope is 3"));
+        std::fs::write(p.join("sys/kernel/yama/ptrace_scope"), "0\n").unwrap();
+        std::fs::write(
+            p.join("self/status"),
+            "Uid:\t0\t0\t0\t0\nCapEff:\t000001ffffffffff\n",
+        )
+        .unwrap();
+        assert!(no_permission(p, 77, "python3").contains("despite CAP_SYS_PTRACE"));
+    }
+}

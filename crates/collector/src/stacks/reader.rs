@@ -1,0 +1,251 @@
+//! The reader: spies kept per process, bursts of reads at a fixed rate.
+
+use std::collections::HashMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use py_spy::config::LockingStrategy;
+use py_spy::{Config, PythonSpy, StackTrace};
+
+use super::tids::TidMap;
+use super::{BurstOptions, RawThread, Sampled, Unavailable, access, frames};
+
+/// A spy and the process it was made for.
+struct Spy {
+    start_ticks: u64,
+    spy: PythonSpy,
+}
+
+/// Reads Python stacks. Not `Sync`: one thread owns it.
+pub struct StackReader {
+    root: PathBuf,
+    spies: HashMap<u32, Spy>,
+}
+
+/// `comm`, state and start time (clock ticks since boot) from a
+/// `stat` text.
+fn parse_stat(text: &str) -> Option<(String, char, u64)> {
+    let open = text.find('(')?;
+    let close = text.rfind(')')?;
+    let comm = text.get(open + 1..close)?.to_owned();
+    let mut rest = text.get(close + 2..)?.split(' ');
+    let state = rest.next()?.chars().next()?;
+    // After the state, start time is the 19th field (field 22 of stat).
+    let start = rest.nth(18)?.parse().ok()?;
+    Some((comm, state, start))
+}
+
+fn read_stat(path: &Path) -> Option<(String, char, u64)> {
+    parse_stat(&std::fs::read_to_string(path).ok()?)
+}
+
+fn now_seconds() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// py-spy's errors are `anyhow` chains: find the OS error, if any.
+fn io_cause(e: &anyhow::Error) -> Option<&io::Error> {
+    e.chain().find_map(|c| c.downcast_ref::<io::Error>())
+}
+
+impl StackReader {
+    /// Reads under `root` (normally `/proc`). py-spy itself reads the
+    /// process's memory and binaries through `/proc/<pid>`.
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        StackReader {
+            root: root.into(),
+            spies: HashMap::new(),
+        }
+    }
+
+    /// Processes a spy is kept for.
+    pub fn spies(&self) -> usize {
+        self.spies.len()
+    }
+
+    /// Drops the spies of processes that exited (or whose pid was reused).
+    pub fn prune(&mut self) {
+        let root = self.root.clone();
+        self.spies.retain(|pid, s| {
+            read_stat(&root.join(pid.to_string()).join("stat"))
+                .is_some_and(|(_, state, start)| start == s.start_ticks && state != 'Z')
+        });
+    }
+
+    fn classify(&self, e: &anyhow::Error, pid: u32, comm: &str) -> Unavailable {
+        let text = format!("{e:#}");
+        let gone = read_stat(&self.root.join(pid.to_string()).join("stat"))
+            .is_none_or(|(_, state, _)| state == 'Z');
+        if gone {
+            return access::exited(pid, comm);
+        }
+        if let Some(at) = text.find("Unsupported version of Python") {
+            let version = text[at..]
+                .trim_start_matches("Unsupported version of Python")
+                .trim_start_matches(':')
+                .split_whitespace()
+                .next()
+                .unwrap_or("?");
+            return Unavailable::UnsupportedPython(format!(
+                "pid {pid} ({comm}) runs Python {version}, which this version of stallwatch cannot read \
+                 (CPython 2.3-2.7 and 3.3-3.15 are supported)"
+            ));
+        }
+        if io_cause(e).is_some_and(|io| matches!(io.raw_os_error(), Some(1 | 13)))
+            || text.contains("Permission denied")
+            || text.contains("Operation not permitted")
+        {
+            return Unavailable::NoPermission(access::no_permission(&self.root, pid, comm));
+        }
+        let first = text.lines().next().unwrap_or("unknown error");
+        Unavailable::Failed(format!(
+            "cannot read pid {pid} ({comm})'s Python stacks: {first}"
+        ))
+    }
+
+    /// The spy for `pid`, made on first use (it maps the interpreter's
+    /// binaries and looks up its symbols: milliseconds to a second).
+    fn spy(&mut self, pid: u32) -> Result<(&mut PythonSpy, String), Unavailable> {
+        let stat = read_stat(&self.root.join(pid.to_string()).join("stat"));
+        let Some((comm, state, start)) = stat.filter(|s| s.1 != 'Z') else {
+            self.spies.remove(&pid);
+            return Err(access::exited(pid, "?"));
+        };
+        let _ = state;
+        if self.spies.get(&pid).is_some_and(|s| s.start_ticks != start) {
+            self.spies.remove(&pid);
+        }
+        if !self.spies.contains_key(&pid) {
+            access::check(&self.root, pid, &comm)?;
+            let config = Config {
+                blocking: LockingStrategy::NonBlocking,
+                native: false,
+                collect_thread_names: false,
+                ..Config::default()
+            };
+            let spy = PythonSpy::new(pid as py_spy::Pid, &config)
+                .map_err(|e| self.classify(&e, pid, &comm))?;
+            self.spies.insert(
+                pid,
+                Spy {
+                    start_ticks: start,
+                    spy,
+                },
+            );
+        }
+        let spy = &mut self.spies.get_mut(&pid).expect("inserted above").spy;
+        Ok((spy, comm))
+    }
+
+    /// One read: every Python thread's stack, with state from `/proc`.
+    fn read_once(
+        root: &Path,
+        pid: u32,
+        spy: &mut PythonSpy,
+        tids: &mut TidMap,
+    ) -> Result<Vec<RawThread>, anyhow::Error> {
+        let traces: Vec<StackTrace> = spy.get_stack_traces()?;
+        let task = root.join(pid.to_string()).join("task");
+        let mut out = Vec::with_capacity(traces.len());
+        let mut refreshed = false;
+        for trace in traces {
+            let Some(ns_tid) = trace.os_thread_id.and_then(|t| u32::try_from(t).ok()) else {
+                continue;
+            };
+            let mut tid = tids.host_tid(ns_tid);
+            if tid.is_none() && !refreshed {
+                *tids = TidMap::read(root, pid);
+                refreshed = true;
+                tid = tids.host_tid(ns_tid);
+            }
+            let Some(tid) = tid else { continue };
+            // A thread that ended since the read is left out.
+            let Some((name, state, _)) = read_stat(&task.join(tid.to_string()).join("stat")) else {
+                continue;
+            };
+            out.push(RawThread {
+                tid,
+                name,
+                state,
+                owns_gil: trace.owns_gil,
+                frames: trace.frames.iter().map(frames::frame).collect(),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Reads `pid`'s stacks `rate_hz` times a second for `duration`. The
+    /// process is never stopped; a read that fails is dropped, and the
+    /// burst ends early when the process exits.
+    pub fn burst(&mut self, pid: u32, options: BurstOptions) -> Result<Sampled, Unavailable> {
+        let started = now_seconds();
+        let clock = Instant::now();
+        let root = self.root.clone();
+        let (spy, comm) = self.spy(pid)?;
+        let python_version = spy.version.to_string();
+        let mut tids = TidMap::read(&root, pid);
+        let period = Duration::from_secs_f64(1.0 / options.rate_hz.max(0.1));
+        let mut reads = Vec::new();
+        let mut dropped = 0;
+        let mut exited = false;
+        let mut next = clock;
+        let mut first_error = None;
+        while clock.elapsed() < options.duration {
+            match Self::read_once(&root, pid, spy, &mut tids) {
+                Ok(threads) => reads.push(threads),
+                Err(e) => {
+                    if !root.join(pid.to_string()).join("stat").exists() {
+                        exited = true;
+                        break;
+                    }
+                    dropped += 1;
+                    first_error.get_or_insert(e);
+                }
+            }
+            next += period;
+            let now = Instant::now();
+            if next > now {
+                std::thread::sleep(next - now);
+            } else {
+                next = now;
+            }
+        }
+        if exited {
+            self.spies.remove(&pid);
+        }
+        if reads.is_empty() {
+            if exited {
+                return Err(access::exited(pid, &comm));
+            }
+            if let Some(e) = first_error {
+                return Err(self.classify(&e, pid, &comm));
+            }
+        }
+        Ok(Sampled {
+            python_version,
+            started,
+            duration_seconds: clock.elapsed().as_secs_f64(),
+            reads,
+            dropped,
+            exited,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_stat;
+
+    #[test]
+    fn stat_gives_name_state_and_start() {
+        let text = "4242 (py map) worker) R 1 4242 4242 0 -1 4194304 100 0 0 0 5 1 0 0 20 0 3 0 98765 1000 50 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0";
+        assert_eq!(
+            parse_stat(text),
+            Some(("py map) worker".into(), 'R', 98765))
+        );
+        assert_eq!(parse_stat("garbage"), None);
+    }
+}

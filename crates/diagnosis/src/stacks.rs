@@ -1,0 +1,481 @@
+//! Python stacks as evidence: the reads of one sampling burst in, a summary
+//! per thread and for the process out. Pure: the server hands in what the
+//! collector read, with each thread's state taken from `/proc`.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::evidence::round;
+
+/// One Python frame as read, already stripped to what may be shown: the
+/// function's name, a package-relative file name and the line.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct CodeFrame {
+    pub function: String,
+    /// Package-relative (`PIL/Image.py`) or the file's own name (`data.py`).
+    pub file: String,
+    /// 0 when unknown.
+    pub line: u32,
+    /// Installed code (standard library, site-packages), not the user's own.
+    pub library: bool,
+}
+
+/// One thread in one read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ThreadRead {
+    /// Process the thread belongs to and its Linux tid, as the host sees them.
+    pub pid: u32,
+    pub tid: u32,
+    /// `comm` from `/proc`.
+    pub name: String,
+    /// Kernel state letter from `/proc` at the read.
+    pub state: char,
+    pub owns_gil: bool,
+    /// Leaf first.
+    pub frames: Vec<CodeFrame>,
+}
+
+/// What a burst is for: the work that keeps a thread busy (CPU-bound
+/// kinds), or where every thread stands (no-progress kinds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Focus {
+    Busy,
+    AllThreads,
+}
+
+/// How a burst ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Sampled,
+    NotPython,
+    UnsupportedPython,
+    FreeThreaded,
+    NoPermission,
+    Exited,
+    Failed,
+}
+
+/// The stacks of one process over a burst, as carried in evidence.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StackReport {
+    pub pid: u32,
+    pub outcome: Outcome,
+    /// Plain words: why there are no stacks, or what limited them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python_version: Option<String>,
+    /// When the burst started, seconds since the epoch.
+    pub time: f64,
+    pub duration_seconds: f64,
+    /// Reads that succeeded, and reads dropped (torn or failed).
+    pub samples: u32,
+    #[serde(default)]
+    pub dropped: u32,
+    /// One line for logs and reports.
+    pub summary: String,
+    /// The most frequent places across the process's running threads.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hot: Vec<HotSpot>,
+    /// Number of threads that ran the hot work (several: GIL-bound work
+    /// hopping between pool threads).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub busy_threads: Option<u32>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub threads: Vec<ThreadStacks>,
+}
+
+/// A place in the code: the leaf frame and the first frame in the user's
+/// own code above it (absent when the leaf is the user's code).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HotSpot {
+    /// `PIL.Image.open` for installed code, the bare name for the user's.
+    pub function: String,
+    pub file: String,
+    pub line: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_function: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_file: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_line: Option<u32>,
+    /// Reads in which it was seen, and their share of all reads (of the
+    /// thread's reads, for a thread's own list).
+    pub samples: u32,
+    pub share: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ThreadStacks {
+    pub pid: u32,
+    pub tid: u32,
+    pub name: String,
+    /// State at the last read.
+    pub state: String,
+    /// Reads the thread was in, the share of them it was running (`R`) and
+    /// the share it held the GIL.
+    pub samples: u32,
+    pub running_share: f64,
+    pub gil_share: f64,
+    /// What it waits on, for well-known blocking calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_on: Option<String>,
+    pub top: Vec<HotSpot>,
+}
+
+/// Places listed per report and per thread, and threads per report.
+const HOT_KEPT: usize = 3;
+const THREADS_KEPT: usize = 8;
+/// A thread counts among the busy ones when it ran the hot place in at
+/// least this share of reads.
+const BUSY_THREAD_SHARE: f64 = 0.1;
+
+/// A report without stacks, saying why.
+pub fn unavailable(pid: u32, outcome: Outcome, detail: String, time: f64) -> StackReport {
+    StackReport {
+        pid,
+        outcome,
+        summary: detail.clone(),
+        detail: Some(detail),
+        python_version: None,
+        time,
+        duration_seconds: 0.0,
+        samples: 0,
+        dropped: 0,
+        hot: Vec::new(),
+        busy_threads: None,
+        threads: Vec::new(),
+    }
+}
+
+/// Reads of one burst, and how it went.
+pub struct Burst<'a> {
+    pub pid: u32,
+    pub python_version: Option<String>,
+    pub time: f64,
+    pub duration_seconds: f64,
+    pub reads: &'a [Vec<ThreadRead>],
+    pub dropped: u32,
+}
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct Place {
+    leaf: CodeFrame,
+    user: Option<CodeFrame>,
+}
+
+impl Place {
+    fn of(frames: &[CodeFrame]) -> Option<Place> {
+        let leaf = frames.first()?.clone();
+        let user = if leaf.library {
+            frames.iter().find(|f| !f.library).cloned()
+        } else {
+            None
+        };
+        Some(Place { leaf, user })
+    }
+
+    fn spot(&self, samples: u32, of: u32) -> HotSpot {
+        HotSpot {
+            function: display_function(&self.leaf),
+            file: self.leaf.file.clone(),
+            line: self.leaf.line,
+            user_function: self.user.as_ref().map(|u| u.function.clone()),
+            user_file: self.user.as_ref().map(|u| u.file.clone()),
+            user_line: self.user.as_ref().map(|u| u.line),
+            samples,
+            share: round(samples as f64 / of.max(1) as f64),
+        }
+    }
+}
+
+/// `PIL/Image.py` + `open` -> `PIL.Image.open`; the user's own functions
+/// keep their bare name (the file and line say where).
+fn display_function(f: &CodeFrame) -> String {
+    if !f.library {
+        return f.function.clone();
+    }
+    let module = f
+        .file
+        .strip_suffix(".py")
+        .unwrap_or(&f.file)
+        .trim_end_matches("/__init__")
+        .replace('/', ".");
+    if module.is_empty() || module.starts_with('<') {
+        f.function.clone()
+    } else {
+        format!("{module}.{}", f.function)
+    }
+}
+
+/// `PIL.Image.open <- decode_image (data.py:42)`, or `decode_image (data.py:42)`.
+pub fn describe_spot(s: &HotSpot) -> String {
+    match (&s.user_function, &s.user_file) {
+        (Some(uf), Some(file)) => format!(
+            "{} <- {uf} ({file}:{})",
+            s.function,
+            s.user_line.unwrap_or(0)
+        ),
+        _ => format!("{} ({}:{})", s.function, s.file, s.line),
+    }
+}
+
+/// Well-known blocking calls, by the leaf's module file and function.
+const WAITS: &[(&str, &str, &str)] = &[
+    ("queue.py", "get", "queue.get"),
+    ("threading.py", "wait", "a threading Condition or Event"),
+    ("threading.py", "join", "Thread.join"),
+    ("threading.py", "_wait_for_tstate_lock", "Thread.join"),
+    ("threading.py", "acquire", "a threading Semaphore"),
+    (
+        "multiprocessing/connection.py",
+        "",
+        "a multiprocessing pipe",
+    ),
+    (
+        "multiprocessing/queues.py",
+        "get",
+        "a multiprocessing queue",
+    ),
+    (
+        "multiprocessing/synchronize.py",
+        "",
+        "a multiprocessing lock",
+    ),
+    ("concurrent/futures/_base.py", "result", "a Future's result"),
+    ("selectors.py", "select", "network or pipe I/O (select)"),
+    ("socket.py", "", "a socket"),
+    ("subprocess.py", "wait", "a child process"),
+    (
+        "torch/cuda/__init__.py",
+        "synchronize",
+        "torch.cuda.synchronize (the GPU)",
+    ),
+    (
+        "torch/distributed/",
+        "",
+        "a torch.distributed collective (another rank?)",
+    ),
+    (
+        "torch/utils/data/dataloader.py",
+        "",
+        "the DataLoader's next batch",
+    ),
+    (
+        "tensorflow/python/data/",
+        "",
+        "the tf.data iterator's next element",
+    ),
+];
+
+fn waiting_on(leaf: &CodeFrame) -> Option<String> {
+    let function = leaf.function.rsplit('.').next().unwrap_or(&leaf.function);
+    WAITS
+        .iter()
+        .find(|(file, func, _)| {
+            let file_matches = if file.ends_with('/') {
+                leaf.file.starts_with(file)
+            } else {
+                leaf.file == *file
+            };
+            file_matches && (func.is_empty() || *func == function)
+        })
+        .map(|(_, _, what)| (*what).to_owned())
+}
+
+#[derive(Default)]
+struct ThreadTally {
+    pid: u32,
+    name: String,
+    state: char,
+    reads: u32,
+    running: u32,
+    gil: u32,
+    places: HashMap<Place, u32>,
+}
+
+/// Places by count, most frequent first (ties in file and line order, so
+/// the result does not depend on hashing).
+fn ranked(counts: &HashMap<Place, u32>) -> Vec<(&Place, u32)> {
+    let mut list: Vec<(&Place, u32)> = counts.iter().map(|(p, n)| (p, *n)).collect();
+    list.sort_by(|a, b| {
+        b.1.cmp(&a.1)
+            .then_with(|| a.0.leaf.file.cmp(&b.0.leaf.file))
+            .then_with(|| a.0.leaf.line.cmp(&b.0.leaf.line))
+            .then_with(|| a.0.leaf.function.cmp(&b.0.leaf.function))
+    });
+    list
+}
+
+fn top_places(counts: &HashMap<Place, u32>, of: u32) -> Vec<HotSpot> {
+    ranked(counts)
+        .into_iter()
+        .take(HOT_KEPT)
+        .map(|(p, n)| p.spot(n, of))
+        .collect()
+}
+
+fn is_running(t: &ThreadRead) -> bool {
+    t.state == 'R'
+}
+
+fn pct(v: f64) -> String {
+    format!("{:.0}%", v * 100.0)
+}
+
+/// Aggregates a burst's reads into a report.
+pub fn aggregate(burst: &Burst, focus: Focus) -> StackReport {
+    let reads = burst.reads.len() as u32;
+    let mut threads: HashMap<u32, ThreadTally> = HashMap::new();
+    // Per place: reads in which a running thread stood there (once per read).
+    let mut hot: HashMap<Place, u32> = HashMap::new();
+    // Per place and thread: reads in which that thread ran it.
+    let mut by_thread: HashMap<(Place, u32), u32> = HashMap::new();
+    for read in burst.reads {
+        let mut seen: Vec<Place> = Vec::new();
+        for t in read {
+            let tally = threads.entry(t.tid).or_default();
+            tally.pid = t.pid;
+            tally.name.clone_from(&t.name);
+            tally.state = t.state;
+            tally.reads += 1;
+            tally.gil += u32::from(t.owns_gil);
+            let Some(place) = Place::of(&t.frames) else {
+                continue;
+            };
+            if is_running(t) {
+                tally.running += 1;
+                *by_thread.entry((place.clone(), t.tid)).or_default() += 1;
+                if !seen.contains(&place) {
+                    seen.push(place.clone());
+                }
+            }
+            *tally.places.entry(place).or_default() += 1;
+        }
+        for place in seen {
+            *hot.entry(place).or_default() += 1;
+        }
+    }
+    let hot_spots = top_places(&hot, reads);
+    let busy_threads = ranked(&hot).first().map(|(top, _)| {
+        by_thread
+            .iter()
+            .filter(|((p, _), n)| p == *top && **n as f64 >= BUSY_THREAD_SHARE * reads as f64)
+            .count() as u32
+    });
+    let mut thread_list: Vec<(u32, ThreadTally)> = threads.into_iter().collect();
+    thread_list.sort_by(|a, b| {
+        b.1.running
+            .cmp(&a.1.running)
+            .then(b.1.reads.cmp(&a.1.reads))
+            .then(a.0.cmp(&b.0))
+    });
+    let thread_stacks: Vec<ThreadStacks> = thread_list
+        .into_iter()
+        .take(THREADS_KEPT)
+        .map(|(tid, t)| {
+            let top = top_places(&t.places, t.reads);
+            let most = ranked(&t.places).first().map(|(p, _)| (*p).clone());
+            ThreadStacks {
+                pid: t.pid,
+                tid,
+                name: t.name,
+                state: t.state.to_string(),
+                samples: t.reads,
+                running_share: round(t.running as f64 / t.reads.max(1) as f64),
+                gil_share: round(t.gil as f64 / t.reads.max(1) as f64),
+                waiting_on: most
+                    .filter(|_| t.running * 2 < t.reads)
+                    .and_then(|p| waiting_on(&p.leaf)),
+                top,
+            }
+        })
+        .collect();
+    let mut report = StackReport {
+        pid: burst.pid,
+        outcome: Outcome::Sampled,
+        detail: (burst.dropped > 0).then(|| {
+            format!(
+                "{} of {} reads dropped (torn or failed)",
+                burst.dropped,
+                reads + burst.dropped
+            )
+        }),
+        python_version: burst.python_version.clone(),
+        time: burst.time,
+        duration_seconds: round(burst.duration_seconds),
+        samples: reads,
+        dropped: burst.dropped,
+        summary: String::new(),
+        hot: hot_spots,
+        busy_threads: busy_threads.filter(|n| *n > 0),
+        threads: thread_stacks,
+    };
+    report.summary = summarize(&report, focus);
+    report
+}
+
+fn summarize(r: &StackReport, focus: Focus) -> String {
+    if r.samples == 0 {
+        return format!("no stack of pid {} could be read", r.pid);
+    }
+    let busy = r.hot.first().map(|top| {
+        let mut s = format!(
+            "{} in {} of {} samples",
+            describe_spot(top),
+            pct(top.share),
+            r.samples
+        );
+        if let Some(n) = r.busy_threads.filter(|n| *n > 1) {
+            s.push_str(&format!(
+                ", spread over {n} threads (GIL-bound work hopping between them)"
+            ));
+        }
+        s
+    });
+    match focus {
+        Focus::Busy => busy.unwrap_or_else(|| {
+            format!(
+                "no Python thread of pid {} was running in {} samples{}",
+                r.pid,
+                r.samples,
+                r.threads
+                    .first()
+                    .map(|t| format!("; {}", thread_line(t)))
+                    .unwrap_or_default()
+            )
+        }),
+        Focus::AllThreads => r
+            .threads
+            .iter()
+            .map(thread_line)
+            .collect::<Vec<_>>()
+            .join("; "),
+    }
+}
+
+/// `tid 12 (python3, S): waits on queue.get at train_step (train.py:88)`.
+pub fn thread_line(t: &ThreadStacks) -> String {
+    let doing = if t.running_share >= 0.5 {
+        format!("running {}", pct(t.running_share))
+    } else {
+        "not running".to_owned()
+    };
+    let place = t
+        .top
+        .first()
+        .map(describe_spot)
+        .unwrap_or_else(|| "no Python frame".to_owned());
+    let wait = t
+        .waiting_on
+        .as_ref()
+        .map(|w| format!("waits on {w} at "))
+        .unwrap_or_else(|| "at ".to_owned());
+    format!(
+        "tid {} ({}, {}, {doing}): {wait}{place}",
+        t.tid, t.name, t.state
+    )
+}
