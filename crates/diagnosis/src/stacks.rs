@@ -56,6 +56,8 @@ pub enum Outcome {
     NoPermission,
     Exited,
     Failed,
+    /// Asked for on demand, of a process that is no GPU job's.
+    NotWatched,
 }
 
 /// The stacks of one process over a burst, as carried in evidence.
@@ -63,6 +65,8 @@ pub enum Outcome {
 pub struct StackReport {
     pub pid: u32,
     pub outcome: Outcome,
+    /// What the summary is about: the busy work, or every thread.
+    pub focus: Focus,
     /// Plain words: why there are no stacks, or what limited them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
@@ -96,6 +100,10 @@ pub struct HotSpot {
     pub function: String,
     pub file: String,
     pub line: u32,
+    /// The installed function the user's code called, when the leaf lies
+    /// deeper (`PIL.Image.open` for a leaf in `PIL.ImageFile.load`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_function: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -132,12 +140,15 @@ const THREADS_KEPT: usize = 8;
 /// A thread counts among the busy ones when it ran the hot place in at
 /// least this share of reads.
 const BUSY_THREAD_SHARE: f64 = 0.1;
+/// Threads named in a summary of every thread.
+const SUMMARY_THREADS: usize = 4;
 
 /// A report without stacks, saying why.
 pub fn unavailable(pid: u32, outcome: Outcome, detail: String, time: f64) -> StackReport {
     StackReport {
         pid,
         outcome,
+        focus: Focus::Busy,
         summary: detail.clone(),
         detail: Some(detail),
         python_version: None,
@@ -164,18 +175,28 @@ pub struct Burst<'a> {
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct Place {
     leaf: CodeFrame,
+    /// The installed function the user's code called, when the leaf is
+    /// deeper inside it.
+    entry: Option<CodeFrame>,
     user: Option<CodeFrame>,
 }
 
 impl Place {
     fn of(frames: &[CodeFrame]) -> Option<Place> {
         let leaf = frames.first()?.clone();
-        let user = if leaf.library {
-            frames.iter().find(|f| !f.library).cloned()
-        } else {
-            None
-        };
-        Some(Place { leaf, user })
+        if !leaf.library {
+            return Some(Place {
+                leaf,
+                entry: None,
+                user: None,
+            });
+        }
+        let user_at = frames.iter().position(|f| !f.library);
+        let entry = user_at
+            .filter(|at| *at > 1)
+            .map(|at| frames[at - 1].clone());
+        let user = user_at.map(|at| frames[at].clone());
+        Some(Place { leaf, entry, user })
     }
 
     fn spot(&self, samples: u32, of: u32) -> HotSpot {
@@ -183,6 +204,7 @@ impl Place {
             function: display_function(&self.leaf),
             file: self.leaf.file.clone(),
             line: self.leaf.line,
+            via: self.entry.as_ref().map(display_function),
             user_function: self.user.as_ref().map(|u| u.function.clone()),
             user_file: self.user.as_ref().map(|u| u.file.clone()),
             user_line: self.user.as_ref().map(|u| u.line),
@@ -211,15 +233,21 @@ fn display_function(f: &CodeFrame) -> String {
     }
 }
 
-/// `PIL.Image.open <- decode_image (data.py:42)`, or `decode_image (data.py:42)`.
+/// `PIL.ImageFile.load <- PIL.Image.open <- decode_image (data.py:42)`, or
+/// `decode_image (data.py:42)` when the leaf is the user's own code.
 pub fn describe_spot(s: &HotSpot) -> String {
+    let via = s
+        .via
+        .as_ref()
+        .map(|v| format!(" <- {v}"))
+        .unwrap_or_default();
     match (&s.user_function, &s.user_file) {
         (Some(uf), Some(file)) => format!(
-            "{} <- {uf} ({file}:{})",
+            "{}{via} <- {uf} ({file}:{})",
             s.function,
             s.user_line.unwrap_or(0)
         ),
-        _ => format!("{} ({}:{})", s.function, s.file, s.line),
+        _ => format!("{}{via} ({}:{})", s.function, s.file, s.line),
     }
 }
 
@@ -387,9 +415,14 @@ pub fn aggregate(burst: &Burst, focus: Focus) -> StackReport {
                 samples: t.reads,
                 running_share: round(t.running as f64 / t.reads.max(1) as f64),
                 gil_share: round(t.gil as f64 / t.reads.max(1) as f64),
-                waiting_on: most
-                    .filter(|_| t.running * 2 < t.reads)
-                    .and_then(|p| waiting_on(&p.leaf)),
+                waiting_on: most.filter(|_| t.running * 2 < t.reads).and_then(|p| {
+                    // The call the user made (`queue.get`) says more than
+                    // the lock inside it (`Condition.wait`).
+                    p.entry
+                        .as_ref()
+                        .and_then(waiting_on)
+                        .or_else(|| waiting_on(&p.leaf))
+                }),
                 top,
             }
         })
@@ -397,6 +430,7 @@ pub fn aggregate(burst: &Burst, focus: Focus) -> StackReport {
     let mut report = StackReport {
         pid: burst.pid,
         outcome: Outcome::Sampled,
+        focus,
         detail: (burst.dropped > 0).then(|| {
             format!(
                 "{} of {} reads dropped (torn or failed)",
@@ -448,12 +482,21 @@ fn summarize(r: &StackReport, focus: Focus) -> String {
                     .unwrap_or_default()
             )
         }),
-        Focus::AllThreads => r
-            .threads
-            .iter()
-            .map(thread_line)
-            .collect::<Vec<_>>()
-            .join("; "),
+        Focus::AllThreads => {
+            let mut lines: Vec<String> = r
+                .threads
+                .iter()
+                .take(SUMMARY_THREADS)
+                .map(thread_line)
+                .collect();
+            if r.threads.len() > SUMMARY_THREADS {
+                lines.push(format!(
+                    "{} more threads",
+                    r.threads.len() - SUMMARY_THREADS
+                ));
+            }
+            lines.join("; ")
+        }
     }
 }
 

@@ -28,6 +28,26 @@ pub enum Command {
     Check(CheckArgs),
     /// Print what a running daemon diagnoses (same exit codes as check).
     Status(StatusArgs),
+    /// Sample a Python process's stacks for a while and say where each
+    /// thread spends its time (exit 0: read, 1: not readable, 2: error).
+    Stacks(StacksArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct StacksArgs {
+    /// The process to read (any process you may read; a GPU job's worker too).
+    pub pid: u32,
+    /// How long to sample.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub duration: Duration,
+    /// Reads per second [default: `stacks.rate`, 20].
+    #[arg(long, value_name = "HZ")]
+    pub rate: Option<f64>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub run: RunArgs,
 }
 
 #[derive(Debug, Clone, Args)]

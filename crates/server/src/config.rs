@@ -20,6 +20,7 @@ pub struct Config {
     pub gpu: GpuConfig,
     pub procfs: ProcfsConfig,
     pub diagnosis: DiagnosisConfig,
+    pub stacks: StacksConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -165,6 +166,53 @@ impl Default for ProcfsConfig {
     }
 }
 
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StacksConfig {
+    /// Sample the Python stacks of a stalled job (and answer
+    /// `/api/v1/stacks/<pid>`).
+    pub enabled: bool,
+    /// Reads per second during a burst.
+    pub rate: f64,
+    /// Length of the burst taken when an episode starts.
+    #[serde(with = "humantime_serde")]
+    pub duration: Duration,
+    /// Longest burst `/api/v1/stacks/<pid>` may ask for.
+    #[serde(with = "humantime_serde")]
+    pub max_on_demand: Duration,
+}
+
+impl Default for StacksConfig {
+    fn default() -> Self {
+        StacksConfig {
+            enabled: true,
+            rate: 20.0,
+            duration: Duration::from_secs(10),
+            max_on_demand: Duration::from_secs(30),
+        }
+    }
+}
+
+impl StacksConfig {
+    fn validate(&self) -> Result<(), (&'static str, &'static str)> {
+        if !(0.1..=200.0).contains(&self.rate) {
+            return Err((
+                "stacks.rate",
+                "must be between 0.1 and 200 reads per second",
+            ));
+        }
+        for (key, value) in [
+            ("stacks.duration", self.duration),
+            ("stacks.max_on_demand", self.max_on_demand),
+        ] {
+            if value < Duration::from_millis(100) || value > Duration::from_secs(600) {
+                return Err((key, "must be between 100ms and 10m"));
+            }
+        }
+        Ok(())
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read config file {path}: {source}")]
@@ -240,6 +288,9 @@ impl Config {
                 path: path.to_owned(),
                 message,
             })?;
+        self.stacks
+            .validate()
+            .map_err(|(key, message)| invalid(key, message))?;
         if self.procfs.root.as_os_str().is_empty() {
             return Err(invalid("procfs.root", "must not be empty"));
         }

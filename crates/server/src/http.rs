@@ -12,7 +12,7 @@ use tower_http::CompressionLevel;
 use tower_http::compression::CompressionLayer;
 
 use crate::sampler::{LatestRx, SharedEngine};
-use crate::{api, health, history_api, metrics, page};
+use crate::{api, health, history_api, metrics, page, stacks_api};
 
 #[derive(Clone)]
 pub struct AppState {
@@ -20,6 +20,9 @@ pub struct AppState {
     pub engine: SharedEngine,
     pub interval: Duration,
     pub max_processes: usize,
+    /// The stacks thread, unless `[stacks] enabled = false`.
+    pub stacks: Option<crate::stacks::Stacks>,
+    pub stacks_config: crate::config::StacksConfig,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -29,6 +32,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/status", get(api::status))
         .route("/api/v1/events", get(api::events))
         .route("/api/v1/history", get(history_api::history))
+        .route("/api/v1/stacks/{pid}", get(stacks_api::stacks))
         .route("/", get(page::status_page))
         .fallback(not_found)
         // Fastest gzip: a quarter of the default level's CPU, a slightly larger body.
@@ -75,7 +79,7 @@ async fn not_found() -> Response {
     (
         StatusCode::NOT_FOUND,
         "not found; stallwatch serves / (status page), /metrics, /healthz, /api/v1/status, \
-         /api/v1/events and /api/v1/history\n",
+         /api/v1/events, /api/v1/history and /api/v1/stacks/<pid>\n",
     )
         .into_response()
 }

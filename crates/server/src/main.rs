@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use stallwatch::{check, cli, run, status_cmd};
+use stallwatch::{check, cli, run, stacks_cmd, status_cmd};
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
@@ -12,5 +12,6 @@ fn main() -> ExitCode {
         Some(cli::Command::Run(args)) => run::main(args),
         Some(cli::Command::Check(args)) => check::main(args),
         Some(cli::Command::Status(args)) => status_cmd::main(args),
+        Some(cli::Command::Stacks(args)) => stacks_cmd::main(args),
     }
 }

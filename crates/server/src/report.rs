@@ -4,6 +4,7 @@
 use std::fmt::Write;
 
 use diagnosis::evidence::Evidence;
+use diagnosis::stacks::{Focus, Outcome, StackReport, describe_spot, thread_line};
 use diagnosis::{Event, GpuStatus, Phase, Verdict};
 
 use crate::api::StatusResponse;
@@ -109,6 +110,9 @@ pub fn describe(e: &Evidence) -> Vec<String> {
             e.clock_event_reasons.join(", ")
         ));
     }
+    if let Some(r) = &e.stacks {
+        out.extend(stack_lines(r, r.focus == Focus::AllThreads));
+    }
     out
 }
 
@@ -121,6 +125,36 @@ fn verdict_line(g: &GpuStatus) -> String {
         Verdict::Unknown => "unknown (no fresh GPU data)",
     };
     format!("GPU {} ({}): {verdict}", g.gpu, g.uuid)
+}
+
+/// A stack report as lines: what was read, the hot places, and each
+/// thread's place (for every thread only when `all_threads`).
+pub fn stack_lines(r: &StackReport, all_threads: bool) -> Vec<String> {
+    if r.outcome != Outcome::Sampled {
+        return vec![format!("Python stacks: none ({})", r.summary)];
+    }
+    let version = r
+        .python_version
+        .as_deref()
+        .map(|v| format!("Python {v}, "))
+        .unwrap_or_default();
+    let mut out = vec![format!(
+        "Python stacks of pid {} ({version}{} samples over {}): {}",
+        r.pid,
+        r.samples,
+        duration(r.duration_seconds),
+        r.summary
+    )];
+    for h in &r.hot {
+        out.push(format!("  {:>4} {}", pct(h.share), describe_spot(h)));
+    }
+    if all_threads || r.hot.is_empty() {
+        out.extend(r.threads.iter().map(|t| format!("  {}", thread_line(t))));
+    }
+    if let Some(d) = &r.detail {
+        out.push(format!("  ({d})"));
+    }
+    out
 }
 
 /// The whole report. `events` are episodes seen during a check (for kinds

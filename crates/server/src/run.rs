@@ -17,6 +17,7 @@ use crate::http::{self, AppState};
 use crate::logging;
 use crate::notify;
 use crate::sampler::Sampler;
+use crate::stacks::{Stacks, Trigger};
 use crate::web_config::{WebConfig, WebConfigError};
 use crate::web_config_reload::WebConfigSource;
 
@@ -102,11 +103,20 @@ fn serve(config: Config, web: WebConfig, record_frames: Option<PathBuf>) -> anyh
         let engine = Arc::new(Mutex::new(Engine::new(config.diagnosis.clone())));
         let (publish, latest) = watch::channel(None);
         let (stop_tx, stop_rx) = mpsc::channel();
+        let (trigger, stacks) = if config.stacks.enabled {
+            let (stacks, done, _thread) = Stacks::spawn(&config.stacks, config.procfs.root.clone())
+                .context("cannot start the stacks thread")?;
+            let trigger = Trigger::new(stacks.clone(), done, config.stacks.duration);
+            (Some(trigger), Some(stacks))
+        } else {
+            (None, None)
+        };
         let sampler = Sampler {
             collector,
             engine: engine.clone(),
             interval: config.sampling.interval,
             record,
+            stacks: trigger,
         }
         .spawn(publish, stop_rx)
         .context("cannot start the sampling thread")?;
@@ -115,6 +125,8 @@ fn serve(config: Config, web: WebConfig, record_frames: Option<PathBuf>) -> anyh
             engine,
             interval: config.sampling.interval,
             max_processes: config.gpu.max_processes,
+            stacks,
+            stacks_config: config.stacks.clone(),
         });
         tracing::info!(
             listen = %config.server.listen,

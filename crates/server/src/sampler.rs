@@ -18,6 +18,7 @@ use diagnosis::{Engine, Event, GpuStatus, Phase};
 use tokio::sync::watch;
 
 use crate::history::{History, SharedHistory};
+use crate::stacks::{self, Trigger};
 use crate::{frame, notify};
 
 /// The latest snapshot, the diagnosis made from it, and when it finished;
@@ -41,6 +42,8 @@ pub struct Sampler {
     pub interval: Duration,
     /// Where to append each frame as a JSON line, if anywhere.
     pub record: Option<std::fs::File>,
+    /// Python stacks for stalled GPUs, unless turned off.
+    pub stacks: Option<Trigger>,
 }
 
 impl Sampler {
@@ -92,12 +95,22 @@ impl Sampler {
             tracing::warn!(error = %e, "cannot record frame; recording stopped");
             self.record = None;
         }
-        let (events, status) = {
+        let (events, amended, status) = {
             let mut engine = self.engine.lock().unwrap_or_else(|p| p.into_inner());
             let events = engine.observe(&frame);
-            (events, engine.status())
+            let amended = match &mut self.stacks {
+                Some(trigger) => trigger.deliver(&mut engine),
+                None => Vec::new(),
+            };
+            (events, amended, engine.status())
         };
         events.iter().for_each(log_event);
+        for (event, report) in &amended {
+            stacks::log_stacks(event, report);
+        }
+        if let Some(trigger) = &mut self.stacks {
+            trigger.request(&status);
+        }
         snapshot.sample_duration_seconds = started.elapsed().as_secs_f64();
         history
             .lock()

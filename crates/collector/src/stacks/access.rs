@@ -219,3 +219,46 @@ mod tests {
         assert!(no_permission(p, 77, "python3").contains("despite CAP_SYS_PTRACE"));
     }
 }
+
+/// Whether `pid` is one of `holders` or descends from one (its parent
+/// chain in `/proc`, at most 64 levels).
+pub fn in_jobs(root: &Path, pid: u32, holders: &[u32]) -> bool {
+    let mut current = pid;
+    for _ in 0..64 {
+        if holders.contains(&current) {
+            return true;
+        }
+        let Ok(stat) = std::fs::read_to_string(root.join(current.to_string()).join("stat")) else {
+            return false;
+        };
+        let parent = stat
+            .rfind(')')
+            .and_then(|close| stat.get(close + 2..))
+            .and_then(|rest| rest.split(' ').nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        match parent {
+            Some(p) if p > 1 => current = p,
+            _ => return false,
+        }
+    }
+    false
+}
+
+#[cfg(test)]
+mod job_tests {
+    use super::in_jobs;
+
+    #[test]
+    fn a_worker_belongs_to_its_holders_job() {
+        let root = tempfile::tempdir().unwrap();
+        for (pid, ppid) in [(10, 1), (20, 10), (30, 20), (40, 1)] {
+            let dir = root.path().join(pid.to_string());
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("stat"), format!("{pid} (python3) S {ppid} 1 1 0")).unwrap();
+        }
+        assert!(in_jobs(root.path(), 30, &[10]));
+        assert!(in_jobs(root.path(), 10, &[10]));
+        assert!(!in_jobs(root.path(), 40, &[10]));
+        assert!(!in_jobs(root.path(), 99, &[10]));
+    }
+}

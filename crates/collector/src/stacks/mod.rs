@@ -11,6 +11,7 @@ mod frames;
 mod reader;
 pub mod tids;
 
+pub use access::in_jobs;
 pub use reader::StackReader;
 
 /// One Python frame, as it may be shown.

@@ -61,6 +61,10 @@ impl StackReader {
         }
     }
 
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
     /// Processes a spy is kept for.
     pub fn spies(&self) -> usize {
         self.spies.len()

@@ -1,0 +1,326 @@
+//! Python stacks for stalled GPUs and on request. A thread of its own runs
+//! the bursts (the collector's py-spy reader), so a job that cannot be read
+//! quickly (hung, in D state, huge) never holds up sampling or HTTP: the
+//! sampler and the API only hand it work when it is idle and never wait on
+//! it, and it takes one burst at a time.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use collector::stacks::{BurstOptions, StackReader, Unavailable, in_jobs};
+use diagnosis::stacks::{Burst, Focus, Outcome, StackReport, ThreadRead, aggregate, unavailable};
+use diagnosis::{Engine, Event, GpuStatus, Kind};
+
+use crate::config::StacksConfig;
+
+/// How often the worker drops the spies of exited processes while it holds any.
+const PRUNE_EVERY: Duration = Duration::from_secs(10);
+
+/// Where a burst's report goes.
+pub enum Deliver {
+    /// To the diagnosis of this GPU (through [`Trigger`]).
+    Gpu { gpu: u32, uuid: String },
+    /// To a waiting caller (the API).
+    Caller(tokio::sync::oneshot::Sender<StackReport>),
+}
+
+pub struct Request {
+    pub pid: u32,
+    pub focus: Focus,
+    pub duration: Duration,
+    /// Only read `pid` if it is one of these job holders or descends from one.
+    pub only_jobs: Option<Vec<u32>>,
+    pub deliver: Deliver,
+}
+
+/// A handle to the stacks thread.
+#[derive(Clone)]
+pub struct Stacks {
+    tx: SyncSender<Request>,
+}
+
+/// The stacks thread is in a burst: ask again later.
+#[derive(Debug)]
+pub struct Busy;
+
+impl Stacks {
+    /// Starts the stacks thread. Reports for GPUs come out of the receiver.
+    pub fn spawn(
+        config: &StacksConfig,
+        root: PathBuf,
+    ) -> std::io::Result<(Stacks, Receiver<(u32, String, StackReport)>, JoinHandle<()>)> {
+        // A rendezvous channel: a request is taken only while the thread waits.
+        let (tx, rx) = mpsc::sync_channel::<Request>(0);
+        let (done_tx, done_rx) = mpsc::channel();
+        let rate = config.rate;
+        let handle = std::thread::Builder::new()
+            .name("stacks".into())
+            .spawn(move || {
+                let mut reader = StackReader::new(root);
+                loop {
+                    let request = if reader.spies() > 0 {
+                        match rx.recv_timeout(PRUNE_EVERY) {
+                            Ok(r) => r,
+                            Err(RecvTimeoutError::Timeout) => {
+                                reader.prune();
+                                continue;
+                            }
+                            Err(RecvTimeoutError::Disconnected) => return,
+                        }
+                    } else {
+                        match rx.recv() {
+                            Ok(r) => r,
+                            Err(_) => return,
+                        }
+                    };
+                    let report = if request
+                        .only_jobs
+                        .as_ref()
+                        .is_some_and(|jobs| !in_jobs(reader.root(), request.pid, jobs))
+                    {
+                        unavailable(
+                            request.pid,
+                            Outcome::NotWatched,
+                            format!(
+                                "pid {} is not part of a GPU job stallwatch watches; run \
+                                 `stallwatch stacks {}` on the host instead",
+                                request.pid, request.pid
+                            ),
+                            now(),
+                        )
+                    } else {
+                        sample(
+                            &mut reader,
+                            request.pid,
+                            request.focus,
+                            rate,
+                            request.duration,
+                        )
+                    };
+                    match request.deliver {
+                        Deliver::Gpu { gpu, uuid } => {
+                            if done_tx.send((gpu, uuid, report)).is_err() {
+                                return;
+                            }
+                        }
+                        Deliver::Caller(reply) => {
+                            let _ = reply.send(report);
+                        }
+                    }
+                    reader.prune();
+                }
+            })?;
+        Ok((Stacks { tx }, done_rx, handle))
+    }
+
+    /// Hands a request to the thread if it is idle.
+    pub fn try_request(&self, request: Request) -> Result<(), Busy> {
+        match self.tx.try_send(request) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => Err(Busy),
+        }
+    }
+}
+
+fn now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// Reads one burst of `pid` and sums it up (also used by `stallwatch
+/// stacks` and `stallwatch check`, which read on their own thread).
+pub fn sample(
+    reader: &mut StackReader,
+    pid: u32,
+    focus: Focus,
+    rate_hz: f64,
+    duration: Duration,
+) -> StackReport {
+    let started = now();
+    match reader.burst(pid, BurstOptions { rate_hz, duration }) {
+        Ok(burst) => {
+            let reads: Vec<Vec<ThreadRead>> = burst
+                .reads
+                .iter()
+                .map(|read| {
+                    read.iter()
+                        .map(|t| ThreadRead {
+                            pid,
+                            tid: t.tid,
+                            name: t.name.clone(),
+                            state: t.state,
+                            owns_gil: t.owns_gil,
+                            frames: t
+                                .frames
+                                .iter()
+                                .map(|f| diagnosis::stacks::CodeFrame {
+                                    function: f.function.clone(),
+                                    file: f.file.clone(),
+                                    line: f.line,
+                                    library: f.library,
+                                })
+                                .collect(),
+                        })
+                        .collect()
+                })
+                .collect();
+            let mut report = aggregate(
+                &Burst {
+                    pid,
+                    python_version: Some(burst.python_version.clone()),
+                    time: burst.started,
+                    duration_seconds: burst.duration_seconds,
+                    reads: &reads,
+                    dropped: burst.dropped,
+                },
+                focus,
+            );
+            if burst.exited {
+                let note = format!("pid {pid} exited during the burst");
+                report.detail = Some(match report.detail.take() {
+                    Some(d) => format!("{note}; {d}"),
+                    None => note,
+                });
+            }
+            report
+        }
+        Err(why) => {
+            let outcome = match &why {
+                Unavailable::NotPython(_) => Outcome::NotPython,
+                Unavailable::UnsupportedPython(_) => Outcome::UnsupportedPython,
+                Unavailable::FreeThreaded(_) => Outcome::FreeThreaded,
+                Unavailable::NoPermission(_) => Outcome::NoPermission,
+                Unavailable::Exited(_) => Outcome::Exited,
+                Unavailable::Failed(_) => Outcome::Failed,
+            };
+            unavailable(pid, outcome, why.detail().to_owned(), started)
+        }
+    }
+}
+
+/// Which process to read for a GPU, and for what: the job (every thread)
+/// when it makes no progress, else the process that owns the busiest
+/// thread (a DataLoader worker, say). `None` when the GPU has no active
+/// episode still waiting for stacks.
+pub fn target(gpu: &GpuStatus) -> Option<(u32, Focus)> {
+    let waiting: Vec<_> = gpu
+        .active
+        .iter()
+        .filter(|a| a.kind.wants_stacks() && a.evidence.stacks.is_none())
+        .collect();
+    if waiting.is_empty() {
+        return None;
+    }
+    let job = gpu
+        .jobs
+        .iter()
+        .max_by_key(|j| (j.gpu_memory_bytes.unwrap_or(0), std::cmp::Reverse(j.pid)))
+        .map(|j| j.pid);
+    if waiting
+        .iter()
+        .any(|a| a.kind.stacks_focus() == Focus::AllThreads)
+    {
+        return job.map(|pid| (pid, Focus::AllThreads));
+    }
+    let busiest = waiting
+        .iter()
+        .flat_map(|a| a.evidence.top_threads.first())
+        .max_by(|a, b| a.cpu_ratio.total_cmp(&b.cpu_ratio))
+        .map(|t| t.pid);
+    busiest.or(job).map(|pid| (pid, Focus::Busy))
+}
+
+/// The sampler's side: asks for stacks when an episode that wants them has
+/// none, and hands finished reports to the diagnosis.
+pub struct Trigger {
+    pub stacks: Stacks,
+    pub done: Receiver<(u32, String, StackReport)>,
+    pub duration: Duration,
+    pending: HashSet<u32>,
+}
+
+impl Trigger {
+    pub fn new(
+        stacks: Stacks,
+        done: Receiver<(u32, String, StackReport)>,
+        duration: Duration,
+    ) -> Self {
+        Trigger {
+            stacks,
+            done,
+            duration,
+            pending: HashSet::new(),
+        }
+    }
+
+    /// Attaches finished reports; returns the start events they amended.
+    pub fn deliver(&mut self, engine: &mut Engine) -> Vec<(Event, StackReport)> {
+        let mut amended = Vec::new();
+        while let Ok((gpu, uuid, report)) = self.done.try_recv() {
+            self.pending.remove(&gpu);
+            for event in engine.attach_stacks(gpu, &uuid, report.clone()) {
+                amended.push((event, report.clone()));
+            }
+        }
+        amended
+    }
+
+    /// Asks for the stacks the GPUs' episodes wait for (while the thread is
+    /// idle; otherwise again on a later tick). Costs nothing while no GPU
+    /// has such an episode.
+    pub fn request(&mut self, status: &[GpuStatus]) {
+        for gpu in status {
+            if self.pending.contains(&gpu.gpu) {
+                continue;
+            }
+            let Some((pid, focus)) = target(gpu) else {
+                continue;
+            };
+            let request = Request {
+                pid,
+                focus,
+                duration: self.duration,
+                only_jobs: None,
+                deliver: Deliver::Gpu {
+                    gpu: gpu.gpu,
+                    uuid: gpu.uuid.clone(),
+                },
+            };
+            if self.stacks.try_request(request).is_err() {
+                return;
+            }
+            self.pending.insert(gpu.gpu);
+        }
+    }
+}
+
+/// One log line per start event that gained stacks.
+pub fn log_stacks(event: &Event, report: &StackReport) {
+    let (pid, comm) = event
+        .job
+        .as_ref()
+        .map_or((0, ""), |j| (j.pid, j.comm.as_str()));
+    let outcome = serde_json::to_value(report.outcome)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default();
+    let kind: Kind = event.kind;
+    tracing::warn!(
+        target: "stallwatch::event",
+        event_id = event.id,
+        kind = kind.as_str(),
+        gpu = event.gpu,
+        uuid = %event.uuid,
+        pid,
+        comm,
+        stacks_pid = report.pid,
+        outcome,
+        samples = report.samples,
+        "stall stacks: {}",
+        report.summary
+    );
+}

@@ -1,0 +1,90 @@
+//! `GET /api/v1/stacks/<pid>?seconds=N`: the Python stacks of a process of a
+//! GPU job, on demand. One burst at a time (429 while one runs), at most
+//! `stacks.max_on_demand` long; the handler waits on the stacks thread's
+//! answer, never on `/proc` itself.
+
+use std::time::Duration;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Json, Response};
+use diagnosis::stacks::{Focus, Outcome};
+use serde::Deserialize;
+
+use crate::http::AppState;
+use crate::stacks::{Deliver, Request};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StacksQuery {
+    /// Length of the burst in seconds (default: `stacks.duration`, capped at
+    /// `stacks.max_on_demand`).
+    seconds: Option<f64>,
+}
+
+/// Extra time the stacks thread gets beyond the burst (making a spy).
+const GRACE: Duration = Duration::from_secs(10);
+
+pub async fn stacks(
+    State(state): State<AppState>,
+    Path(pid): Path<u32>,
+    Query(q): Query<StacksQuery>,
+) -> Response {
+    let Some(stacks) = &state.stacks else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "stack sampling is turned off ([stacks] enabled = false)\n",
+        )
+            .into_response();
+    };
+    let max = state.stacks_config.max_on_demand;
+    let duration = match q.seconds {
+        None => state.stacks_config.duration.min(max),
+        Some(s) if s.is_finite() && s >= 0.1 && s <= max.as_secs_f64() => {
+            Duration::from_secs_f64(s)
+        }
+        Some(_) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "seconds must be between 0.1 and {} (stacks.max_on_demand)\n",
+                    max.as_secs_f64()
+                ),
+            )
+                .into_response();
+        }
+    };
+    let jobs: Vec<u32> = state
+        .latest
+        .borrow()
+        .as_ref()
+        .map(|l| l.snapshot.jobs.iter().map(|j| j.pid).collect())
+        .unwrap_or_default();
+    let (reply, answer) = tokio::sync::oneshot::channel();
+    let request = Request {
+        pid,
+        focus: Focus::AllThreads,
+        duration,
+        only_jobs: Some(jobs),
+        deliver: Deliver::Caller(reply),
+    };
+    if stacks.try_request(request).is_err() {
+        return (
+            StatusCode::TOO_MANY_REQUESTS,
+            [(header::RETRY_AFTER, "10")],
+            "a stack sampling is already running; try again later\n",
+        )
+            .into_response();
+    }
+    match tokio::time::timeout(duration + GRACE, answer).await {
+        Ok(Ok(report)) if report.outcome == Outcome::NotWatched => {
+            (StatusCode::FORBIDDEN, Json(report)).into_response()
+        }
+        Ok(Ok(report)) => Json(report).into_response(),
+        _ => (
+            StatusCode::GATEWAY_TIMEOUT,
+            "the stack sampling did not finish in time (the process may be hung in the kernel)\n",
+        )
+            .into_response(),
+    }
+}
