@@ -12,7 +12,34 @@ use diagnosis::Engine;
 
 use crate::api::{StatusResponse, nvml_state};
 use crate::cli::CheckArgs;
-use crate::{frame, report, run};
+use crate::config::Config;
+use crate::{frame, report, run, stacks};
+
+/// Longest stack burst a check adds to its run.
+const CHECK_STACKS: Duration = Duration::from_secs(5);
+
+/// Reads the stacks of each GPU whose episodes want them, as the daemon
+/// would, and attaches them before the report.
+fn sample_stacks(engine: &mut Engine, config: &Config, quiet: bool) -> Vec<diagnosis::Event> {
+    let mut amended = Vec::new();
+    let mut reader = collector::stacks::StackReader::new(config.procfs.root.clone());
+    let duration = config.stacks.duration.min(CHECK_STACKS);
+    for gpu in engine.status() {
+        let Some((pid, focus)) = stacks::target(&gpu) else {
+            continue;
+        };
+        if !quiet {
+            eprintln!(
+                "stallwatch: GPU {} is stalled; reading the Python stacks of pid {pid} for {} ...",
+                gpu.gpu,
+                humantime::format_duration(duration)
+            );
+        }
+        let report = stacks::sample(&mut reader, pid, focus, config.stacks.rate, duration);
+        amended.extend(engine.attach_stacks(gpu.gpu, &gpu.uuid, report));
+    }
+    amended
+}
 
 pub const EXIT_FOUND: u8 = 1;
 pub const EXIT_ERROR: u8 = 2;
@@ -72,6 +99,13 @@ pub fn main(args: CheckArgs) -> ExitCode {
         ));
         prev = Some((sample, snapshot));
         std::thread::sleep(interval.saturating_sub(tick.elapsed()));
+    }
+    if config.stacks.enabled {
+        for amended in sample_stacks(&mut engine, &config, args.json) {
+            if let Some(e) = events.iter_mut().find(|e| e.id == amended.id) {
+                *e = amended;
+            }
+        }
     }
     let (time, up, stale) = last.unwrap_or_default();
     let status = StatusResponse {

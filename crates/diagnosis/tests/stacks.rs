@@ -1,0 +1,325 @@
+//! Stacks as evidence: aggregation of a burst's reads, and how the engine
+//! carries a report on its findings and start events.
+
+mod script;
+
+use diagnosis::stacks::{
+    Burst, CodeFrame, Focus, Outcome, ThreadRead, aggregate, describe_spot, unavailable,
+};
+use diagnosis::{Kind, Phase};
+use script::{Run, frame, job};
+
+fn lib(function: &str, file: &str, line: u32) -> CodeFrame {
+    CodeFrame {
+        function: function.into(),
+        file: file.into(),
+        line,
+        library: true,
+    }
+}
+
+fn own(function: &str, file: &str, line: u32) -> CodeFrame {
+    CodeFrame {
+        function: function.into(),
+        file: file.into(),
+        line,
+        library: false,
+    }
+}
+
+fn thread(tid: u32, state: char, gil: bool, frames: Vec<CodeFrame>) -> ThreadRead {
+    ThreadRead {
+        pid: 100,
+        tid,
+        name: "python3".into(),
+        state,
+        owns_gil: gil,
+        frames,
+    }
+}
+
+/// PIL decoding inside the user's `decode_image`, called from the map.
+fn pil() -> Vec<CodeFrame> {
+    vec![
+        lib("ImageFile.load", "PIL/ImageFile.py", 291),
+        lib("open", "PIL/Image.py", 3300),
+        own("decode_image", "data.py", 42),
+        own("<module>", "train.py", 10),
+    ]
+}
+
+fn main_waiting() -> Vec<CodeFrame> {
+    vec![
+        lib("Condition.wait", "threading.py", 320),
+        lib("Queue.get", "queue.py", 171),
+        own("train_step", "train.py", 88),
+    ]
+}
+
+fn report(reads: &[Vec<ThreadRead>], focus: Focus) -> diagnosis::stacks::StackReport {
+    aggregate(
+        &Burst {
+            pid: 100,
+            python_version: Some("3.11.7".into()),
+            time: 1000.0,
+            duration_seconds: 10.0,
+            reads,
+            dropped: 0,
+        },
+        focus,
+    )
+}
+
+#[test]
+fn the_hot_place_names_the_library_call_and_the_users_line_with_its_share() {
+    // 200 reads: the worker decodes in 174, sits in its own loop in 26.
+    let reads: Vec<Vec<ThreadRead>> = (0..200)
+        .map(|i| {
+            let worker = if i < 174 {
+                pil()
+            } else {
+                vec![own("loop", "data.py", 50)]
+            };
+            vec![
+                thread(101, 'R', true, worker),
+                thread(100, 'S', false, main_waiting()),
+            ]
+        })
+        .collect();
+    let r = report(&reads, Focus::Busy);
+    assert_eq!(r.outcome, Outcome::Sampled);
+    assert_eq!(r.samples, 200);
+    let top = &r.hot[0];
+    assert_eq!(top.function, "PIL.ImageFile.ImageFile.load");
+    assert_eq!(top.via.as_deref(), Some("PIL.Image.open"));
+    assert_eq!(
+        (
+            top.user_function.as_deref(),
+            top.user_file.as_deref(),
+            top.user_line
+        ),
+        (Some("decode_image"), Some("data.py"), Some(42))
+    );
+    assert_eq!((top.samples, top.share), (174, 0.87));
+    assert_eq!(
+        r.summary,
+        "PIL.ImageFile.ImageFile.load <- PIL.Image.open <- decode_image (data.py:42) in 87% of 200 samples"
+    );
+    assert_eq!(r.hot[1].function, "loop");
+    // The main thread is not running: it is listed with what it waits on.
+    let main = r.threads.iter().find(|t| t.tid == 100).unwrap();
+    assert_eq!(main.running_share, 0.0);
+    assert_eq!(main.waiting_on.as_deref(), Some("queue.get"));
+    assert_eq!(r.threads[0].tid, 101, "the running thread comes first");
+    assert_eq!(r.threads[0].gil_share, 1.0);
+}
+
+#[test]
+fn gil_bound_work_hopping_between_pool_threads_is_one_place_on_several_threads() {
+    // Three pool threads take turns: one runs (holds the GIL) per read.
+    let reads: Vec<Vec<ThreadRead>> = (0..90)
+        .map(|i| {
+            (0..3u32)
+                .map(|k| {
+                    let running = i % 3 == k as usize;
+                    thread(
+                        201 + k,
+                        if running { 'R' } else { 'S' },
+                        running,
+                        vec![
+                            own("py_func", "pipeline.py", 17),
+                            own("<module>", "train.py", 3),
+                        ],
+                    )
+                })
+                .collect()
+        })
+        .collect();
+    let r = report(&reads, Focus::Busy);
+    assert_eq!(r.hot[0].share, 1.0, "the work was running in every read");
+    assert_eq!(r.busy_threads, Some(3));
+    assert!(
+        r.summary
+            .starts_with("py_func (pipeline.py:17) in 100% of 90 samples"),
+        "{}",
+        r.summary
+    );
+    assert!(r.summary.contains("spread over 3 threads"), "{}", r.summary);
+    assert!(
+        r.threads
+            .iter()
+            .all(|t| (t.running_share - 1.0 / 3.0).abs() < 0.01)
+    );
+}
+
+#[test]
+fn with_no_running_thread_the_busy_summary_says_so_and_where_threads_wait() {
+    let reads: Vec<Vec<ThreadRead>> = (0..20)
+        .map(|_| vec![thread(100, 'S', false, main_waiting())])
+        .collect();
+    let r = report(&reads, Focus::Busy);
+    assert!(r.hot.is_empty());
+    assert!(
+        r.summary
+            .starts_with("no Python thread of pid 100 was running in 20 samples"),
+        "{}",
+        r.summary
+    );
+    assert!(r.summary.contains("waits on queue.get"), "{}", r.summary);
+}
+
+#[test]
+fn every_thread_is_summarised_for_a_hang() {
+    let lock_wait = vec![
+        own("take_both", "train.py", 61),
+        own("worker", "train.py", 70),
+    ];
+    let reads: Vec<Vec<ThreadRead>> = (0..30)
+        .map(|_| {
+            vec![
+                thread(100, 'S', false, lock_wait.clone()),
+                thread(102, 'S', false, main_waiting()),
+            ]
+        })
+        .collect();
+    let r = report(&reads, Focus::AllThreads);
+    assert_eq!(r.focus, Focus::AllThreads);
+    assert!(
+        r.summary
+            .contains("tid 100 (python3, S, not running): at take_both (train.py:61)"),
+        "{}",
+        r.summary
+    );
+    assert!(
+        r.summary
+            .contains("tid 102 (python3, S, not running): waits on queue.get at"),
+        "{}",
+        r.summary
+    );
+}
+
+#[test]
+fn describing_a_place_in_the_users_own_code_names_file_and_line() {
+    let reads = vec![vec![thread(1, 'R', true, vec![own("spin", "train.py", 9)])]];
+    let r = report(&reads, Focus::Busy);
+    assert_eq!(describe_spot(&r.hot[0]), "spin (train.py:9)");
+    assert_eq!(r.hot[0].via, None);
+}
+
+#[test]
+fn an_empty_burst_says_nothing_was_read() {
+    let r = report(&[], Focus::Busy);
+    assert_eq!(r.samples, 0);
+    assert_eq!(r.summary, "no stack of pid 100 could be read");
+}
+
+fn starved(pid: u32) -> impl Fn(f64) -> diagnosis::Frame {
+    move |t| frame(t, 0.0, vec![job(pid, 1.0, 0.98)])
+}
+
+#[test]
+fn a_report_is_carried_by_the_active_findings_and_their_start_events() {
+    let mut run = Run::default();
+    run.feed(0, 200, starved(100));
+    assert!(run.active().contains(&Kind::InputStarved));
+    assert!(run.engine.wants_stacks(0, "GPU-0"));
+    let reads = vec![vec![thread(101, 'R', true, pil())]; 10];
+    let amended = run
+        .engine
+        .attach_stacks(0, "GPU-0", report(&reads, Focus::Busy));
+    let kinds: Vec<Kind> = amended.iter().map(|e| e.kind).collect();
+    assert!(
+        kinds.contains(&Kind::InputStarved) && kinds.contains(&Kind::SingleThreadBound),
+        "{kinds:?}"
+    );
+    assert!(
+        amended
+            .iter()
+            .all(|e| e.phase == Phase::Start && e.evidence.stacks.is_some())
+    );
+    assert!(
+        amended[0]
+            .hint
+            .starts_with("Python stacks of pid 100: PIL.ImageFile"),
+        "{}",
+        amended[0].hint
+    );
+    // The ring holds the amended events, and the status the report.
+    let ring = run.engine.events(0.0, 0, 100);
+    assert!(
+        ring.iter()
+            .filter(|e| e.phase == Phase::Start)
+            .all(|e| e.evidence.stacks.is_some())
+    );
+    assert!(!run.engine.wants_stacks(0, "GPU-0"));
+    run.feed(200, 205, starved(100));
+    let status = &run.engine.status()[0];
+    for a in &status.active {
+        assert_eq!(
+            a.evidence.stacks.is_some(),
+            a.kind.wants_stacks(),
+            "{:?}",
+            a.kind
+        );
+    }
+    // A kind that starts later in the same episode carries the report at once.
+    assert!(
+        status
+            .active
+            .iter()
+            .any(|a| a.hint.contains("decode_image (data.py:42)"))
+    );
+}
+
+#[test]
+fn stacks_end_with_the_episode_and_a_new_one_wants_new_stacks() {
+    let mut run = Run::default();
+    run.feed(0, 200, starved(100));
+    let report = unavailable(
+        100,
+        Outcome::NotPython,
+        "pid 100 (java) is not a Python process".into(),
+        200.0,
+    );
+    run.engine.attach_stacks(0, "GPU-0", report);
+    let status = &run.engine.status()[0];
+    let starved_now = status
+        .active
+        .iter()
+        .find(|a| a.kind == Kind::InputStarved)
+        .unwrap();
+    assert!(
+        starved_now
+            .hint
+            .ends_with("(No Python stacks: pid 100 (java) is not a Python process.)"),
+        "{}",
+        starved_now.hint
+    );
+    // Fed again: the episode ends and its stacks go with it.
+    run.feed(200, 400, |t| frame(t, 0.9, vec![job(100, 1.0, 0.5)]));
+    assert!(run.active().is_empty(), "{:?}", run.active());
+    assert!(
+        run.engine
+            .attach_stacks(
+                0,
+                "GPU-0",
+                unavailable(100, Outcome::Exited, "gone".into(), 400.0)
+            )
+            .is_empty()
+    );
+    run.feed(400, 600, starved(100));
+    assert!(run.engine.wants_stacks(0, "GPU-0"));
+}
+
+#[test]
+fn a_report_for_an_unknown_gpu_is_dropped() {
+    let mut run = Run::default();
+    run.feed(0, 200, starved(100));
+    let r = unavailable(100, Outcome::Exited, "gone".into(), 0.0);
+    assert!(
+        run.engine
+            .attach_stacks(0, "GPU-other", r.clone())
+            .is_empty()
+    );
+    assert!(run.engine.attach_stacks(7, "", r).is_empty());
+}
