@@ -6,6 +6,8 @@
 
 use std::collections::HashSet;
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -40,6 +42,8 @@ pub struct Request {
 #[derive(Clone)]
 pub struct Stacks {
     tx: SyncSender<Request>,
+    /// Set while a request is taken and not yet answered.
+    busy: Arc<AtomicBool>,
 }
 
 /// The stacks thread is in a burst: ask again later.
@@ -52,8 +56,10 @@ impl Stacks {
         config: &StacksConfig,
         root: PathBuf,
     ) -> std::io::Result<(Stacks, Receiver<(u32, String, StackReport)>, JoinHandle<()>)> {
-        // A rendezvous channel: a request is taken only while the thread waits.
-        let (tx, rx) = mpsc::sync_channel::<Request>(0);
+        // One request at a time: `busy` admits it, the channel carries it.
+        let (tx, rx) = mpsc::sync_channel::<Request>(1);
+        let busy = Arc::new(AtomicBool::new(false));
+        let idle = busy.clone();
         let (done_tx, done_rx) = mpsc::channel();
         let rate = config.rate;
         let handle = std::thread::Builder::new()
@@ -100,6 +106,9 @@ impl Stacks {
                             request.duration,
                         )
                     };
+                    reader.prune();
+                    // Free before the answer, so that its receiver may ask again at once.
+                    idle.store(false, Ordering::Release);
                     match request.deliver {
                         Deliver::Gpu { gpu, uuid } => {
                             if done_tx.send((gpu, uuid, report)).is_err() {
@@ -110,17 +119,26 @@ impl Stacks {
                             let _ = reply.send(report);
                         }
                     }
-                    reader.prune();
                 }
             })?;
-        Ok((Stacks { tx }, done_rx, handle))
+        Ok((Stacks { tx, busy }, done_rx, handle))
     }
 
     /// Hands a request to the thread if it is idle.
     pub fn try_request(&self, request: Request) -> Result<(), Busy> {
+        if self
+            .busy
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return Err(Busy);
+        }
         match self.tx.try_send(request) {
             Ok(()) => Ok(()),
-            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => Err(Busy),
+            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+                self.busy.store(false, Ordering::Release);
+                Err(Busy)
+            }
         }
     }
 }
@@ -318,7 +336,7 @@ pub fn log_stacks(event: &Event, report: &StackReport) {
         pid,
         comm,
         stacks_pid = report.pid,
-        outcome,
+        outcome = %outcome,
         samples = report.samples,
         "stall stacks: {}",
         report.summary
