@@ -199,6 +199,20 @@ impl Place {
         Some(Place { leaf, entry, user })
     }
 
+    /// The place without its line numbers: a loop's lines count as one
+    /// function.
+    fn function(&self) -> Place {
+        let unlined = |f: &CodeFrame| CodeFrame {
+            line: 0,
+            ..f.clone()
+        };
+        Place {
+            leaf: unlined(&self.leaf),
+            entry: self.entry.as_ref().map(unlined),
+            user: self.user.as_ref().map(unlined),
+        }
+    }
+
     fn spot(&self, samples: u32, of: u32) -> HotSpot {
         HotSpot {
             function: display_function(&self.leaf),
@@ -322,28 +336,58 @@ struct ThreadTally {
     reads: u32,
     running: u32,
     gil: u32,
-    places: HashMap<Place, u32>,
+    places: Places,
 }
 
-/// Places by count, most frequent first (ties in file and line order, so
-/// the result does not depend on hashing).
-fn ranked(counts: &HashMap<Place, u32>) -> Vec<(&Place, u32)> {
-    let mut list: Vec<(&Place, u32)> = counts.iter().map(|(p, n)| (p, *n)).collect();
-    list.sort_by(|a, b| {
-        b.1.cmp(&a.1)
-            .then_with(|| a.0.leaf.file.cmp(&b.0.leaf.file))
-            .then_with(|| a.0.leaf.line.cmp(&b.0.leaf.line))
-            .then_with(|| a.0.leaf.function.cmp(&b.0.leaf.function))
-    });
-    list
-}
+/// Counts per function-level place (lines left out, so the lines of one
+/// loop count together), each with the counts of its exact lines.
+#[derive(Default)]
+struct Places(HashMap<Place, (u32, HashMap<Place, u32>)>);
 
-fn top_places(counts: &HashMap<Place, u32>, of: u32) -> Vec<HotSpot> {
-    ranked(counts)
-        .into_iter()
-        .take(HOT_KEPT)
-        .map(|(p, n)| p.spot(n, of))
-        .collect()
+impl Places {
+    fn add(&mut self, place: &Place) {
+        let (n, lines) = self.0.entry(place.function()).or_default();
+        *n += 1;
+        *lines.entry(place.clone()).or_default() += 1;
+    }
+
+    /// Most frequent first, each as its most frequent lines (ties broken
+    /// by file, line and name, so the result does not depend on hashing).
+    fn ranked(&self) -> Vec<(Place, u32)> {
+        let order = |a: &Place, b: &Place| {
+            a.leaf
+                .file
+                .cmp(&b.leaf.file)
+                .then_with(|| a.leaf.line.cmp(&b.leaf.line))
+                .then_with(|| a.leaf.function.cmp(&b.leaf.function))
+                .then_with(|| {
+                    a.user
+                        .as_ref()
+                        .map(|u| u.line)
+                        .cmp(&b.user.as_ref().map(|u| u.line))
+                })
+        };
+        let mut list: Vec<(Place, u32)> = self
+            .0
+            .values()
+            .filter_map(|(n, lines)| {
+                let (best, _) = lines
+                    .iter()
+                    .max_by(|a, b| a.1.cmp(b.1).then_with(|| order(b.0, a.0)))?;
+                Some((best.clone(), *n))
+            })
+            .collect();
+        list.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| order(&a.0, &b.0)));
+        list
+    }
+
+    fn top(&self, of: u32) -> Vec<HotSpot> {
+        self.ranked()
+            .into_iter()
+            .take(HOT_KEPT)
+            .map(|(p, n)| p.spot(n, of))
+            .collect()
+    }
 }
 
 fn is_running(t: &ThreadRead) -> bool {
@@ -359,8 +403,8 @@ pub fn aggregate(burst: &Burst, focus: Focus) -> StackReport {
     let reads = burst.reads.len() as u32;
     let mut threads: HashMap<u32, ThreadTally> = HashMap::new();
     // Per place: reads in which a running thread stood there (once per read).
-    let mut hot: HashMap<Place, u32> = HashMap::new();
-    // Per place and thread: reads in which that thread ran it.
+    let mut hot = Places::default();
+    // Per function-level place and thread: reads in which that thread ran it.
     let mut by_thread: HashMap<(Place, u32), u32> = HashMap::new();
     for read in burst.reads {
         let mut seen: Vec<Place> = Vec::new();
@@ -376,22 +420,24 @@ pub fn aggregate(burst: &Burst, focus: Focus) -> StackReport {
             };
             if is_running(t) {
                 tally.running += 1;
-                *by_thread.entry((place.clone(), t.tid)).or_default() += 1;
-                if !seen.contains(&place) {
+                *by_thread.entry((place.function(), t.tid)).or_default() += 1;
+                if !seen.iter().any(|s| s.function() == place.function()) {
                     seen.push(place.clone());
                 }
             }
-            *tally.places.entry(place).or_default() += 1;
+            tally.places.add(&place);
         }
-        for place in seen {
-            *hot.entry(place).or_default() += 1;
+        for place in &seen {
+            hot.add(place);
         }
     }
-    let hot_spots = top_places(&hot, reads);
-    let busy_threads = ranked(&hot).first().map(|(top, _)| {
+    let ranked = hot.ranked();
+    let hot_spots = hot.top(reads);
+    let busy_threads = ranked.first().map(|(top, _)| {
+        let top = top.function();
         by_thread
             .iter()
-            .filter(|((p, _), n)| p == *top && **n as f64 >= BUSY_THREAD_SHARE * reads as f64)
+            .filter(|((p, _), n)| *p == top && **n as f64 >= BUSY_THREAD_SHARE * reads as f64)
             .count() as u32
     });
     let mut thread_list: Vec<(u32, ThreadTally)> = threads.into_iter().collect();
@@ -405,8 +451,8 @@ pub fn aggregate(burst: &Burst, focus: Focus) -> StackReport {
         .into_iter()
         .take(THREADS_KEPT)
         .map(|(tid, t)| {
-            let top = top_places(&t.places, t.reads);
-            let most = ranked(&t.places).first().map(|(p, _)| (*p).clone());
+            let top = t.places.top(t.reads);
+            let most = t.places.ranked().into_iter().next().map(|(p, _)| p);
             ThreadStacks {
                 pid: t.pid,
                 tid,

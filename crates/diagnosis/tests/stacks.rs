@@ -323,3 +323,31 @@ fn a_report_for_an_unknown_gpu_is_dropped() {
     );
     assert!(run.engine.attach_stacks(7, "", r).is_empty());
 }
+
+#[test]
+fn the_lines_of_one_loop_count_as_one_function_shown_at_its_busiest_line() {
+    let reads: Vec<Vec<ThreadRead>> = (0..10)
+        .map(|i| {
+            let line = if i < 6 { 29 } else { 28 };
+            vec![thread(
+                101,
+                'R',
+                true,
+                vec![
+                    own("decode_image", "pyjob.py", line),
+                    own("spinner", "pyjob.py", 35),
+                ],
+            )]
+        })
+        .collect();
+    let r = report(&reads, Focus::Busy);
+    assert_eq!(r.hot.len(), 1);
+    assert_eq!(
+        (r.hot[0].line, r.hot[0].samples, r.hot[0].share),
+        (29, 10, 1.0)
+    );
+    assert_eq!(
+        r.summary,
+        "decode_image (pyjob.py:29) in 100% of 10 samples"
+    );
+}
