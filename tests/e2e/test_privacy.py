@@ -1,8 +1,10 @@
 """What other users' processes reveal stays private: no command line,
 environment, working directory or file path of a job reaches /metrics, the
-JSON API (status, events, evidence) or the log, even at debug level."""
+JSON API (status, events, evidence, the job's Python stacks) or the log, even
+at debug level."""
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -25,9 +27,12 @@ def test_no_command_line_environment_or_path_is_exposed(daemon_factory, tmp_path
     cwd.mkdir(parents=True)
     out_path = home / f"train-{SECRETS['file']}.log"
     env = dict(os.environ, AWS_SECRET_ACCESS_KEY=SECRETS["env"], STALLWATCH_TEST_TOKEN=SECRETS["env"])
+    # The script itself lives in the secret directory: its stack frames carry that path.
+    script = cwd / "job.py"
+    shutil.copy(JOB, script)
     with open(out_path, "w") as out:
         job = subprocess.Popen(
-            [sys.executable, str(JOB), "--spin", "600", "--print-every", "0.2", "--", f"--api-key={SECRETS['argv']}", str(out_path)],
+            [sys.executable, str(script), "--spin", "600", "--print-every", "0.2", "--", f"--api-key={SECRETS['argv']}", str(out_path)],
             stdout=out,
             stderr=out,
             env=env,
@@ -47,10 +52,11 @@ def test_no_command_line_environment_or_path_is_exposed(daemon_factory, tmp_path
         d.wait_for(
             lambda m: m.has("stallwatch_job_last_output_timestamp_seconds", pid=job.pid), what="output recency"
         )
-        deadline = time.monotonic() + 30
-        while b"input_starved" not in d.get("/api/v1/events")[2] and time.monotonic() < deadline:
+        deadline = time.monotonic() + 45
+        while b'"stacks"' not in d.get("/api/v1/events")[2] and time.monotonic() < deadline:
             time.sleep(0.2)
         seen = {
+            "/api/v1/stacks": d.get(f"/api/v1/stacks/{job.pid}?seconds=1", timeout=15)[2],
             "/metrics": d.get("/metrics")[2],
             "/metrics (text)": d.get("/metrics", headers={"Accept": "text/plain"})[2],
             "/api/v1/status": d.get("/api/v1/status")[2],
@@ -58,6 +64,8 @@ def test_no_command_line_environment_or_path_is_exposed(daemon_factory, tmp_path
             "/healthz": d.get("/healthz")[2],
         }
         assert b'"phase":"start"' in seen["/api/v1/events"], "the job was diagnosed: events with evidence"
+        assert b'"outcome":"sampled"' in seen["/api/v1/events"], "its Python stacks were read"
+        assert b'"file":"job.py"' in seen["/api/v1/stacks"], seen["/api/v1/stacks"][:500]
         d.stop()
         seen["log"] = d.log_path.read_bytes()
         assert b"stall started" in seen["log"]

@@ -149,3 +149,25 @@ def test_without_capabilities_io_and_output_are_left_out_and_counted(unprivilege
     assert later > first, "every sample counts its failed reads"
     # Counted, not logged: the log does not grow a line per sample.
     assert "ermission denied" not in d.logs(), d.logs()
+
+
+def test_with_the_units_capabilities_a_root_jobs_python_stacks_are_read(unprivileged, root_job):
+    import json
+
+    d = unprivileged(root_job.pid, unit_capabilities())
+    d.wait_for(lambda m: m.has("stallwatch_job_info", pid=str(root_job.pid)), what="the root job")
+    code, _, body = d.get(f"/api/v1/stacks/{root_job.pid}?seconds=1", timeout=15)
+    report = json.loads(body)
+    assert code == 200 and report["outcome"] == "sampled", report
+    assert any(t["name"] == "spinner" and t["top"][0]["function"] == "spin" for t in report["threads"]), report
+
+
+def test_without_capabilities_the_stacks_say_which_one_is_missing(unprivileged, root_job):
+    import json
+
+    d = unprivileged(root_job.pid, [])
+    d.wait_for(lambda m: m.has("stallwatch_job_info", pid=str(root_job.pid)), what="the root job")
+    code, _, body = d.get(f"/api/v1/stacks/{root_job.pid}?seconds=1", timeout=15)
+    report = json.loads(body)
+    assert code == 200 and report["outcome"] == "no_permission", report
+    assert "lacks CAP_SYS_PTRACE" in report["detail"] and "another user" in report["detail"], report
