@@ -39,6 +39,51 @@ PSI_LAG = {"cpu_saturated": 12, "io_bound": 12, "host_memory_pressure": 12}
 CONFIG = f"[diagnosis]\ntime_scale = {SCALE}\n"
 
 
+WORKLOADS = ROOT / "tests" / "workloads"
+
+
+def source_line(file, line):
+    return (WORKLOADS / file).read_text().splitlines()[line - 1].strip()
+
+
+def pinned_thread_is_in_burn_cpu(r):
+    top = r["hot"][0]
+    assert (top["function"], top["file"]) == ("burn_cpu", "pipeline.py"), r["summary"]
+    assert top["share"] >= 0.5, r["summary"]
+
+
+def main_thread_at(function, file, code):
+    def check(r):
+        main = next(t for t in r["threads"] if t["tid"] == r["pid"])
+        top = main["top"][0]
+        assert (top["function"], top["file"]) == (function, file), r["summary"]
+        assert code in source_line(file, top["line"]), (top, source_line(file, top["line"]))
+    return check
+
+
+# What the job's Python stacks must show, per scenario: (kind, check of its report).
+STACKS = {
+    "single_thread_bound": ("single_thread_bound", pinned_thread_is_in_burn_cpu),
+    "idle_hung": ("idle_no_progress", main_thread_at("Trainer.run", "train.py", "lock.acquire()")),
+    "busy_hung": ("busy_no_progress", main_thread_at("Slot.spin_forever", "gpu_link.py", "time.sleep(3600)")),
+}
+
+
+def check_stacks(d, name):
+    """The start event of the scenario's kind carries the job's stacks (they
+    arrive a burst after the event) and they show the known place."""
+    kind, check = STACKS[name]
+    deadline = time.monotonic() + 20
+    while True:
+        start = next(e for e in events_since(d, 0) if e["kind"] == kind and e["phase"] == "start")
+        stacks = start["evidence"].get("stacks")
+        if stacks or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert stacks and stacks["outcome"] == "sampled", f"no stacks on the {kind} start event: {start}"
+    check(stacks)
+
+
 def events_since(d, after):
     code, _, body = d.get(f"/api/v1/events?after={after}&limit=1000")
     assert code == 200, body
@@ -74,6 +119,8 @@ def test_scenario(name, daemon_factory, tmp_path):
                 break
         events += events_since(d, events[-1]["id"] if events else 0)
         assert not run.errors, run.errors
+        if name in STACKS and any(e["kind"] == STACKS[name][0] for e in events):
+            check_stacks(d, name)
     finally:
         run.stop()
     starts = [e for e in events if e["phase"] == "start"]
