@@ -61,11 +61,12 @@ def chart_ys(figure):
 
 def test_page_shows_the_stalled_gpu_why_and_what_to_do(daemon_factory, jobs):
     starved, healthy = jobs
-    d = daemon_factory(scenario(starved.pid, healthy.pid), config=FAST).start()
+    d = daemon_factory(scenario(starved.pid, healthy.pid), config=FAST + '[stacks]\nduration = "2s"\n').start()
     wait_status(
         d,
-        lambda s: "input_starved" in active(s) and s["gpus"][1]["verdict"] == "healthy",
-        what="GPU 0 starved and GPU 1 healthy",
+        lambda s: "input_starved" in active(s) and s["gpus"][1]["verdict"] == "healthy"
+        and "stacks" in active(s)["input_starved"]["evidence"],
+        what="GPU 0 starved (with the job's Python stacks) and GPU 1 healthy",
     )
 
     # The history the charts draw: one point a second per GPU, with the
@@ -103,6 +104,13 @@ def test_page_shows_the_stalled_gpu_why_and_what_to_do(daemon_factory, jobs):
     evidence = {text(div.dt): text(div.dd) for div in finding.select(".evidence div")}
     assert evidence["utilization mean"] == "1%", evidence
     assert "spinner" in evidence["top threads"], evidence
+    assert "stacks" not in evidence, "the stacks have a block of their own"
+    # The job's Python stacks, once per GPU: where the spinning thread spins.
+    stacks = finding.select_one("div.stacks")
+    assert text(stacks.strong).startswith(f"Python stacks of pid {starved.pid} (Python 3."), text(stacks)
+    places = [text(li) for li in stacks.select("li")]
+    assert re.fullmatch(r"\d+% spin \(spinner\.py:\d+\)", places[0]), places
+    assert len(stalled.select("div.stacks")) == 1
 
     fine = page.select_one("article#gpu-1")
     assert fine["data-verdict"] == "healthy"
