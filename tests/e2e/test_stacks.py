@@ -236,3 +236,35 @@ def test_check_reads_the_stacks_of_a_stalled_gpu(daemon_factory, pyjob):
     assert starved["evidence"]["stacks"]["hot"][0]["function"] == "decode_image"
     start = next(e for e in body["events"] if e["kind"] == "input_starved")
     assert start["evidence"]["stacks"]["outcome"] == "sampled"
+
+
+def test_a_job_in_its_own_pid_namespace_is_joined_to_the_hosts_tids(daemon_factory, tmp_path):
+    """A containerised job: py-spy reports the tids of the job's namespace,
+    which stallwatch maps to the host's through NSpid."""
+    script = tmp_path / "pyjob.py"
+    shutil.copy(HERE / "pyjob.py", script)
+    log = tmp_path / "ns.log"
+    with open(log, "w") as out:
+        outer = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, str(script), "decode"],
+                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while "ready" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if "ready" not in log.read_text():
+            pytest.skip(f"cannot make a PID namespace here: {log.read_text()[:300]}")
+        pid = int(Path(f"/proc/{outer.pid}/task/{outer.pid}/children").read_text().split()[0])
+        nspid = [l for l in Path(f"/proc/{pid}/status").read_text().splitlines() if l.startswith("NSpid:")][0]
+        assert nspid.split()[1:] == [str(pid), "1"], nspid
+        d = daemon_factory(holding(pid, 95), config=FAST).start()
+        d.wait_for(lambda m: m.has("stallwatch_job_info", pid=str(pid)), what="the namespaced job")
+        code, _, body = d.get(f"/api/v1/stacks/{pid}?seconds=1", timeout=15)
+        r = json.loads(body)
+        assert code == 200 and r["outcome"] == "sampled", r
+        tids = {t["tid"] for t in r["threads"]}
+        assert pid in tids, f"the namespace's tid 1 is the host's {pid}: {tids}"
+        assert all(Path(f"/proc/{pid}/task/{t}").exists() for t in tids), tids
+        spinner = next(t for t in r["threads"] if t["name"] == "spinner")
+        assert spinner["top"][0]["function"] == "decode_image"
+    finally:
+        kill_group(outer)
