@@ -241,7 +241,55 @@ impl StackReader {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_stat;
+    use super::{StackReader, Unavailable, parse_stat};
+
+    fn reader_with(pid: u32, state: char) -> (tempfile::TempDir, StackReader) {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join(pid.to_string());
+        std::fs::create_dir_all(&dir).unwrap();
+        let stat = format!("{pid} (python3) {state} 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 500 0 0");
+        std::fs::write(dir.join("stat"), stat).unwrap();
+        let reader = StackReader::new(root.path());
+        (root, reader)
+    }
+
+    #[test]
+    fn py_spys_errors_become_plain_answers() {
+        let (_root, reader) = reader_with(42, 'S');
+        let e = anyhow::anyhow!("Unsupported version of Python: 3.16.0a1");
+        match reader.classify(&e, 42, "python3") {
+            Unavailable::UnsupportedPython(why) => {
+                assert!(
+                    why.contains("Python 3.16.0a1") && why.contains("3.3-3.15"),
+                    "{why}"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        let e = anyhow::Error::new(std::io::Error::from_raw_os_error(1))
+            .context("Failed to copy PyThreadState");
+        assert!(matches!(
+            reader.classify(&e, 42, "python3"),
+            Unavailable::NoPermission(_)
+        ));
+        let e = anyhow::anyhow!("Failed to find python version from target process");
+        match reader.classify(&e, 42, "python3") {
+            Unavailable::Failed(why) => {
+                assert!(why.contains("Failed to find python version"), "{why}")
+            }
+            other => panic!("{other:?}"),
+        }
+        // Whatever the error, a process that is gone (or a zombie) exited.
+        let (_root, reader) = reader_with(43, 'Z');
+        assert!(matches!(
+            reader.classify(&e, 43, "python3"),
+            Unavailable::Exited(_)
+        ));
+        assert!(matches!(
+            reader.classify(&e, 44, "python3"),
+            Unavailable::Exited(_)
+        ));
+    }
 
     #[test]
     fn stat_gives_name_state_and_start() {
