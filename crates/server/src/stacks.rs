@@ -38,6 +38,10 @@ pub struct Request {
     pub deliver: Deliver,
 }
 
+/// A GPU's finished report, as the stacks thread hands it back: GPU index,
+/// uuid, report.
+pub type GpuReport = (u32, String, StackReport);
+
 /// A handle to the stacks thread.
 #[derive(Clone)]
 pub struct Stacks {
@@ -55,7 +59,7 @@ impl Stacks {
     pub fn spawn(
         config: &StacksConfig,
         root: PathBuf,
-    ) -> std::io::Result<(Stacks, Receiver<(u32, String, StackReport)>, JoinHandle<()>)> {
+    ) -> std::io::Result<(Stacks, Receiver<GpuReport>, JoinHandle<()>)> {
         // One request at a time: `busy` admits it, the channel carries it.
         let (tx, rx) = mpsc::sync_channel::<Request>(1);
         let busy = Arc::new(AtomicBool::new(false));
@@ -256,7 +260,7 @@ pub fn target(gpu: &GpuStatus) -> Option<(u32, Focus)> {
 /// none, and hands finished reports to the diagnosis.
 pub struct Trigger {
     pub stacks: Stacks,
-    pub done: Receiver<(u32, String, StackReport)>,
+    pub done: Receiver<GpuReport>,
     pub duration: Duration,
     pending: HashSet<u32>,
 }
