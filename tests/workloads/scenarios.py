@@ -153,7 +153,8 @@ SCENARIOS = {s.name: s for s in [
              [tf_job("--after", "starved", "--onset-s", str(ONSET), "--after-step-kernel", "0.02")],
              [Label("input_starved", ONSET), Label("single_thread_bound", ONSET)], 360),
     Scenario("tfdata_input_bound", "tf.data: then a serial tf-native map of 512px JPEGs, no "
-             "prefetch, optimisations off: ~55 ms per batch of 16, 35 ms steps, GPU a steady ~40%",
+             "prefetch, optimisations off: ~58 ms of CPU per batch of 16, 35 ms steps, GPU a steady "
+             "~38% (less on a loaded host)",
              [tf_job("--after", "serial", "--onset-s", str(ONSET), "--after-batch-size", "16",
                      "--after-step-kernel", "0.035")],
              [Label("input_bound", ONSET)], 450),
