@@ -9,9 +9,11 @@ run's frames into tests/workloads/recorded/ for the replay unit test.
 
 import json
 import os
+import re
 import shutil
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -90,6 +92,103 @@ def events_since(d, after):
     return json.loads(body)["events"]
 
 
+# Python stack evidence: the daemon samples a stalled job's Python stacks (py-spy) and puts
+# what it found in the finding's `evidence.stacks`, in /api/v1/status and in the start event.
+# Per scenario, the kinds that must carry it and what it must name.
+@dataclass(frozen=True)
+class Stacks:
+    kinds: tuple          # the labelled kinds whose evidence carries stacks
+    user_function: str    # the user's function the hottest stack runs under
+    user_file: str        # its file, as a base name
+    library: str = None   # the library the hottest stack is in ("PIL"), if any
+
+
+STACKS = {
+    "tfdata_starved": Stacks(("input_starved", "single_thread_bound"), "decode_image",
+                             "tf_pipeline.py", "PIL"),
+}
+# A 10 s burst at 20 Hz, not scaled, starts when the episode does: poll this long after it.
+STACK_WAIT_S = 20.0
+ABSOLUTE_PATH = re.compile(r"(?:^|[\s(\[{<'\"=:,;])/[^\s/]")
+
+
+def active_evidence(d):
+    """{(kind, gpu): evidence} of every active finding now."""
+    code, _, body = d.get("/api/v1/status")
+    assert code == 200, body
+    return {(a["kind"], g["gpu"]): a.get("evidence", {}) for g in json.loads(body)["gpus"] for a in g["active"]}
+
+
+def absolute_paths(value, where="evidence"):
+    """Every string in a JSON value that holds an absolute path, with where it is."""
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in absolute_paths(v, f"{where}.{k}")]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in absolute_paths(v, f"{where}[{i}]")]
+    if isinstance(value, str) and (ABSOLUTE_PATH.search(value) or str(ROOT) in value or sys.prefix in value):
+        return [f"{where} = {value!r}"]
+    return []
+
+
+def stack_problems(where, evidence, want, pids):
+    """What is wrong with `evidence.stacks` of a finding, given the expectation `want`."""
+    stacks = evidence.get("stacks")
+    if not isinstance(stacks, dict):
+        return [f"{where}: no evidence.stacks (keys: {sorted(evidence)})"]
+    problems = []
+    if stacks.get("outcome") != "sampled":
+        problems.append(f"{where}: stacks outcome {stacks.get('outcome')!r}, not 'sampled': {stacks}")
+    if stacks.get("pid") not in pids:
+        problems.append(f"{where}: stacks of pid {stacks.get('pid')}, not the job's ({pids})")
+    if not stacks.get("samples"):
+        problems.append(f"{where}: no samples: {stacks}")
+    hot = stacks.get("hot") or []
+    if not hot:
+        problems.append(f"{where}: no hot stacks: {stacks}")
+    else:
+        top = hot[0]
+        if (top.get("user_function"), top.get("user_file")) != (want.user_function, want.user_file):
+            problems.append(f"{where}: the hottest stack is not under {want.user_function} in "
+                            f"{want.user_file}: {top}")
+        if not isinstance(top.get("user_line"), int) or top["user_line"] <= 0:
+            problems.append(f"{where}: the hottest stack has no user line: {top}")
+        if want.library and want.library not in f"{top.get('function')} {top.get('file')}":
+            problems.append(f"{where}: the hottest stack is not in {want.library}: {top}")
+    summary = stacks.get("summary") or ""
+    for name in (want.user_function, want.user_file, want.library):
+        if name and name not in summary:
+            problems.append(f"{where}: the summary does not name {name}: {summary!r}")
+    problems += [f"{where}: absolute path in {p}" for p in absolute_paths(evidence)]
+    return problems
+
+
+def check_stacks(d, run, want, started, events):
+    """Polls /api/v1/status until each kind in `want` that started carries stacks (at most
+    STACK_WAIT_S after its start event was seen), then checks the findings and the start
+    events. `started` maps (kind, gpu) to when its start event was seen (monotonic)."""
+    pending = {key: seen for key, seen in started.items() if key[0] in want.kinds}
+    found = {}
+    while pending:
+        evidence = active_evidence(d)
+        for key in list(pending):
+            if "stacks" in evidence.get(key, {}):
+                found[key] = evidence[key]
+                del pending[key]
+            elif key not in evidence or time.monotonic() > pending[key] + STACK_WAIT_S:
+                found[key] = evidence.get(key, {})
+                del pending[key]
+        time.sleep(0.5)
+    events += events_since(d, events[-1]["id"] if events else 0)
+    problems = []
+    for (kind, gpu), evidence in found.items():
+        problems += stack_problems(f"{kind} on GPU {gpu} (/api/v1/status)", evidence, want, run.pids())
+        start = [e for e in events if e["phase"] == "start" and (e["kind"], e["gpu"]) == (kind, gpu)][0]
+        again = [e for e in events_since(d, start["id"] - 1) if e["id"] == start["id"]]
+        problems += stack_problems(f"{kind} on GPU {gpu} (start event {start['id']})",
+                                   (again or [start])[0].get("evidence", {}), want, run.pids())
+    return problems
+
+
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_scenario(name, daemon_factory, tmp_path):
     frames = tmp_path / "frames.jsonl"
@@ -99,6 +198,8 @@ def test_scenario(name, daemon_factory, tmp_path):
     except ScenarioUnavailable as e:
         pytest.skip(str(e))
     events = []
+    started = {}  # (kind, gpu) -> when its start event was seen (monotonic)
+    stack_check = []
     try:
         t0 = time.time() - run.elapsed()
         d.start(args=("--record-frames", str(frames)))
@@ -113,11 +214,17 @@ def test_scenario(name, daemon_factory, tmp_path):
             run.sleep_until(run.elapsed() + 0.5)
             events += events_since(d, events[-1]["id"] if events else 0)
             fired = {(e["kind"], e["gpu"]) for e in events if e["phase"] == "start"}
+            for key in fired - set(started):
+                started[key] = time.monotonic()
             if labels and all((l.kind, l.gpu) in fired for l in labels):
                 end = min(end, max(run.elapsed() + settle, max(l.onset_s for l in labels) + settle))
             if labels and run.elapsed() > max(deadlines) + 1:
                 break
         events += events_since(d, events[-1]["id"] if events else 0)
+        for key in {(e["kind"], e["gpu"]) for e in events if e["phase"] == "start"} - set(started):
+            started[key] = time.monotonic()
+        if name in STACKS:  # while the job still runs
+            stack_check = check_stacks(d, run, STACKS[name], started, events)
         assert not run.errors, run.errors
         if name in STACKS and any(e["kind"] == STACKS[name][0] for e in events):
             check_stacks(d, name)
@@ -144,6 +251,9 @@ def test_scenario(name, daemon_factory, tmp_path):
         if (e["kind"], e["gpu"]) not in expected:
             report["unexpected"].append({"kind": e["kind"], "gpu": e["gpu"], "at_s": rel(e)})
             problems.append(f"unexpected {e['kind']} on GPU {e['gpu']} at {rel(e):.1f}s: {e['evidence']}")
+    problems += stack_check
+    if name in STACKS:
+        report["stack_problems"] = stack_check
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     with open(RESULTS, "a") as f:
         f.write(json.dumps(report) + "\n")

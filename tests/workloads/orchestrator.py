@@ -29,7 +29,6 @@ from gpu_link import GpuLink  # noqa: E402
 from gpu_meter import GpuMeter  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-TRAIN = HERE / "train.py"
 MIB = 1 << 20
 
 
@@ -86,6 +85,9 @@ class Run:
         self._seen_pids = set()
         self._pending = sorted(scenario.jobs, key=lambda j: j.start_s)
         self._stop = threading.Event()
+        for spec in scenario.jobs:  # before the clock starts: data the job reads
+            if spec.prepare:
+                self._prepare(spec)
         link_dir = "/dev/shm" if os.access("/dev/shm", os.W_OK) else str(self.workdir)
         fd, link_path = tempfile.mkstemp(dir=link_dir, prefix="stallwatch-gpu-link-", suffix=".bin")
         os.close(fd)
@@ -122,13 +124,22 @@ class Run:
         return sorted({j.pid for j in self.jobs.values()} | self._seen_pids)
 
     # -- processes --------------------------------------------------------
+    def _args(self, spec):
+        subs = {"workdir": str(self.workdir), "data_file": str(self.workdir / "data.bin")}
+        return [a.format(**subs) for a in spec.args]
+
+    def _prepare(self, spec):
+        """Runs the job's script with --prepare (it writes the files it will read)."""
+        cmd = [self.python, str(HERE / spec.script), "--prepare", *self._args(spec)]
+        done = subprocess.run(cmd, cwd=self.workdir, stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"{spec.name}: --prepare failed ({done.returncode}): {done.stderr[-2000:]}")
+
     def _launch(self, spec):
         wd = self.workdir
-        data_file = wd / "data.bin"
-        subs = {"workdir": str(wd), "data_file": str(data_file)}
-        args = [a.format(**subs) for a in spec.args]
-        cmd = [self.python, str(TRAIN), "--link", self.link.path,
-               "--time-scale", repr(self.time_scale), *args]
+        cmd = [self.python, str(HERE / spec.script), "--link", self.link.path,
+               "--time-scale", repr(self.time_scale), *self._args(spec)]
         if spec.cpus:
             cmd = ["taskset", "-c", spec.cpus, *cmd]
         out, err = wd / f"{spec.name}.out", wd / f"{spec.name}.err"
@@ -250,7 +261,7 @@ def run_scenario(name, workdir, fake_scenario_path, time_scale, on_tick=None, ti
     from scenarios import SCENARIOS, unavailable_reason
     scenario = SCENARIOS[name]
     Path(workdir).mkdir(parents=True, exist_ok=True)
-    reason = unavailable_reason(scenario, workdir)
+    reason = unavailable_reason(scenario, workdir, python)
     if reason:
         raise ScenarioUnavailable(f"{name}: {reason}")
     return Run(scenario, workdir, fake_scenario_path, time_scale, on_tick, tick_s, python).start()

@@ -12,7 +12,9 @@ no-progress kinds, 600 s of idleness for a leftover process.
 """
 
 import argparse
+import importlib.util
 import os
+import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -39,8 +41,11 @@ class Label:
 @dataclass
 class JobSpec:
     name: str
-    args: list                    # train.py flags; "{data_file}" and "{workdir}" are filled in
+    args: list                    # the script's flags; "{data_file}" and "{workdir}" are filled in
     start_s: float = 0.0
+    script: str = "train.py"      # in tests/workloads: train.py (simulated) or tf_pipeline.py (tf.data)
+    prepare: bool = False         # run the script with --prepare first, before the clock starts
+    modules: tuple = ()           # Python modules the script needs (else the scenario is unavailable)
     cpus: str = None              # taskset CPU list for the whole job
     memory_limit_mib: int = None  # memory cgroup limit
     read_mib_per_s: float = None  # blkio limit on the work dir's disk
@@ -69,6 +74,19 @@ STALL = ["--onset-s", str(ONSET)]
 
 def then(**knobs):
     return [x for k, v in knobs.items() for x in ("--then", f"{k}={v}")]
+
+
+# Real tf.data pipelines (tf_pipeline.py, tensorflow-cpu): healthy until the onset (tf-native
+# decode in a parallel map, prefetch; 100 ms steps, well fed on 2 cores), then the pipeline
+# named by --after. Importing TensorFlow takes 5-15 s; the job takes the GPU only after that.
+TF = ("tensorflow", "PIL")
+TF_HEALTHY = ["--gpu-memory-gib", "60", "--before", "healthy", "--step-kernel", "0.1",
+              "--log-every-s", "5"]
+
+
+def tf_job(*args, **spec):
+    return JobSpec("train", TF_HEALTHY + list(args), script="tf_pipeline.py", prepare=True,
+                   modules=TF, **spec)
 
 
 SCENARIOS = {s.name: s for s in [
@@ -126,12 +144,46 @@ SCENARIOS = {s.name: s for s in [
              "150 s and the child, orphaned, keeps the memory",
              [JobSpec("train", HEALTHY + ["--leave-child-holding", "--exit-after-s", str(ONSET)])],
              [Label("leftover_process", ONSET)], 900),
+    Scenario("tfdata_healthy", "tf.data: parallel map (AUTOTUNE) and prefetch (AUTOTUNE) of small "
+             "JPEGs feed 100 ms steps: GPU ~95%",
+             [tf_job()], [], 360),
+    Scenario("tfdata_starved", "tf.data: then map(py_function(decode_image)) (PIL decode and resize "
+             "of 1024px JPEGs), 1 call, no prefetch, optimisations off: ~2 s per batch of 64, "
+             "20 ms steps, GPU ~1%",
+             [tf_job("--after", "starved", "--onset-s", str(ONSET), "--after-step-kernel", "0.02")],
+             [Label("input_starved", ONSET), Label("single_thread_bound", ONSET)], 360),
+    Scenario("tfdata_input_bound", "tf.data: then a serial tf-native map of 512px JPEGs, no "
+             "prefetch, optimisations off: ~58 ms of CPU per batch of 16, 35 ms steps, GPU a steady "
+             "~38% (less on a loaded host)",
+             [tf_job("--after", "serial", "--onset-s", str(ONSET), "--after-batch-size", "16",
+                     "--after-step-kernel", "0.035")],
+             [Label("input_bound", ONSET)], 450),
+    Scenario("tfdata_cache_memory", "tf.data: then cache() in memory fills the job's 768 MiB "
+             "memory cgroup to 128 MiB below its limit (~430 MiB of images, full at ~190-210 s); "
+             "then a thread rewrites a 512 MiB checkpoint file: reclaim waits on writeback "
+             "(PSI memory)",
+             [tf_job("--after", "cached", "--after-batch-size", "16", "--onset-s", str(ONSET),
+                     "--cache-room-mib", "128", "--rewrite-file", "{workdir}/checkpoint.bin",
+                     "--rewrite-mib", "512", memory_limit_mib=768, write_mib_per_s=20)],
+             [Label("host_memory_pressure", ONSET + 60)], 480),
 ]}
 
 
-def unavailable_reason(scenario, workdir):
-    """None if `scenario` can run here with `workdir`, else why not."""
+def missing_module(module, python=sys.executable):
+    """True when `python` cannot import `module` (not imported here: TensorFlow is slow)."""
+    if python == sys.executable:
+        return importlib.util.find_spec(module) is None
+    check = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({module!r}) is None)"
+    return subprocess.run([python, "-c", check], stdin=subprocess.DEVNULL).returncode != 0
+
+
+def unavailable_reason(scenario, workdir, python=sys.executable):
+    """None if `scenario` can run here with `workdir` (jobs run by `python`), else why not."""
     for job in scenario.jobs:
+        for module in job.modules:
+            if missing_module(module, python):
+                return (f"Python module {module} is not installed for {python} "
+                        "(scripts/install-test-deps installs tests/requirements-tfdata.txt into tests/.venv)")
         if job.memory_limit_mib and (reason := cgroups.available("memory")):
             return reason
         if job.read_mib_per_s or job.write_mib_per_s:

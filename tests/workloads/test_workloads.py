@@ -216,3 +216,55 @@ def test_scenario_file_is_rewritten_atomically_as_json(scenario):
     data = json.loads(run.fake_scenario_path.read_text())
     assert data["gpus"][0]["utilization_gpu"] == 0 and data["gpus"][0]["processes"] == []
     assert not list(run.fake_scenario_path.parent.glob("*.tmp"))
+
+
+# -- tf.data (tf_pipeline.py; needs tensorflow-cpu and pillow, see tests/requirements-tfdata.txt).
+# Importing TensorFlow takes 5-15 s, so these wait for the job's own "now the ... pipeline"
+# line instead of a fixed time.
+
+def tf_scenario(scenario, name, time_scale):
+    try:
+        return scenario(name, time_scale)
+    except ScenarioUnavailable as e:
+        pytest.skip(str(e))
+
+
+def wait_for_output(job, text, timeout=90.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if text in job.stdout_path.read_text():
+            return
+        assert job.popen.poll() is None, job.stderr_path.read_text()
+        time.sleep(0.2)
+    raise AssertionError(f"no {text!r} in {job.stdout_path.read_text()!r}")
+
+
+def test_tfdata_healthy_pipeline_keeps_the_gpu_busy(scenario):
+    run = tf_scenario(scenario, "tfdata_healthy", 0.1)
+    job = run.jobs["train"]
+    wait_for_output(job, "start training")
+    t = run.elapsed()
+    run.sleep_until(t + 4.0)
+    assert mean(run.utilization(since=t + 1.0)) > 0.7
+
+
+def test_tfdata_starved_gpu_idles_while_decode_image_works(scenario):
+    run = tf_scenario(scenario, "tfdata_starved", 0.05)  # onset at 7.5 s
+    job = run.jobs["train"]
+    wait_for_output(job, "now the starved pipeline")
+    t, c0 = run.elapsed(), cpu_seconds(job.pid)
+    run.sleep_until(t + 6.0)
+    util = run.utilization(since=t + 1.0)
+    assert mean(util) < 0.1 and max(util) < 0.05, util  # every sample "idle"
+    assert (cpu_seconds(job.pid) - c0) / 6.0 > 0.2  # PIL decoding in py_function
+
+
+def test_tfdata_serial_map_holds_the_gpu_at_a_steady_mid_utilization(scenario):
+    run = tf_scenario(scenario, "tfdata_input_bound", 0.05)
+    job = run.jobs["train"]
+    wait_for_output(job, "now the serial pipeline")
+    t = run.elapsed()
+    run.sleep_until(t + 6.0)
+    util = run.utilization(since=t + 1.0)
+    assert 0.15 < mean(util) < 0.5, util
+    assert sum(u < 0.05 for u in util) / len(util) < 0.1, util  # steady: (almost) no idle samples
