@@ -63,18 +63,18 @@ def main_thread_at(function, file, code):
     return check
 
 
-# What the job's Python stacks must show, per scenario: (kind, check of its report).
-STACKS = {
+# Where the simulator's job stands, per scenario: (kind, check of its stack report).
+PLACES = {
     "single_thread_bound": ("single_thread_bound", pinned_thread_is_in_burn_cpu),
     "idle_hung": ("idle_no_progress", main_thread_at("Trainer.run", "train.py", "lock.acquire()")),
     "busy_hung": ("busy_no_progress", main_thread_at("Slot.spin_forever", "gpu_link.py", "time.sleep(3600)")),
 }
 
 
-def check_stacks(d, name):
+def check_places(d, name):
     """The start event of the scenario's kind carries the job's stacks (they
     arrive a burst after the event) and they show the known place."""
-    kind, check = STACKS[name]
+    kind, check = PLACES[name]
     deadline = time.monotonic() + 20
     while True:
         start = next(e for e in events_since(d, 0) if e["kind"] == kind and e["phase"] == "start")
@@ -226,8 +226,8 @@ def test_scenario(name, daemon_factory, tmp_path):
         if name in STACKS:  # while the job still runs
             stack_check = check_stacks(d, run, STACKS[name], started, events)
         assert not run.errors, run.errors
-        if name in STACKS and any(e["kind"] == STACKS[name][0] for e in events):
-            check_stacks(d, name)
+        if name in PLACES and any(e["kind"] == PLACES[name][0] for e in events):
+            check_places(d, name)
     finally:
         run.stop()
     starts = [e for e in events if e["phase"] == "start"]
