@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use collector::stacks::{BurstOptions, StackReader, Unavailable, in_jobs};
 use diagnosis::stacks::{Burst, Focus, Outcome, StackReport, ThreadRead, aggregate, unavailable};
-use diagnosis::{Engine, Event, GpuStatus, Kind};
+use diagnosis::{Engine, Event, GpuStatus};
 
 use crate::config::StacksConfig;
 
@@ -330,11 +330,10 @@ pub fn log_stacks(event: &Event, report: &StackReport) {
         .ok()
         .and_then(|v| v.as_str().map(str::to_owned))
         .unwrap_or_default();
-    let kind: Kind = event.kind;
     tracing::warn!(
         target: "stallwatch::event",
         event_id = event.id,
-        kind = kind.as_str(),
+        kind = event.kind.as_str(),
         gpu = event.gpu,
         uuid = %event.uuid,
         pid,
