@@ -151,12 +151,14 @@ fn a_process_exiting_mid_burst_keeps_what_was_read() {
     let dir = tempfile::tempdir().unwrap();
     let mut job = python_job(dir.path());
     let pid = job.0.id();
+    let mut reader = StackReader::new("/proc");
+    // The spy is made first, so the burst below starts reading at once.
+    reader.burst(pid, options(100)).expect("a first read");
     let killer = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(600));
         let _ = job.0.kill();
         let _ = job.0.wait();
     });
-    let mut reader = StackReader::new("/proc");
     let burst = reader
         .burst(pid, options(3000))
         .expect("reads before the exit are kept");

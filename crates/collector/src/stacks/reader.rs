@@ -185,10 +185,12 @@ impl StackReader {
     /// process is never stopped; a read that fails is dropped, and the
     /// burst ends early when the process exits.
     pub fn burst(&mut self, pid: u32, options: BurstOptions) -> Result<Sampled, Unavailable> {
-        let started = now_seconds();
-        let clock = Instant::now();
         let root = self.root.clone();
         let (spy, comm) = self.spy(pid)?;
+        // The burst's time starts once the spy is made (that can take a
+        // while on a loaded host), so it always gets its reads.
+        let started = now_seconds();
+        let clock = Instant::now();
         let python_version = spy.version.to_string();
         let mut tids = TidMap::read(&root, pid);
         let period = Duration::from_secs_f64(1.0 / options.rate_hz.max(0.1));
