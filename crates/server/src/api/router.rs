@@ -11,8 +11,9 @@ use axum::routing::get;
 use tower_http::CompressionLevel;
 use tower_http::compression::CompressionLayer;
 
-use crate::sampler::{LatestRx, SharedEngine};
-use crate::{api, health, history_api, metrics, page, stacks_api};
+use super::{health, history, page, stacks, status};
+use crate::metrics;
+use crate::sampling::sampler::{LatestRx, SharedEngine};
 
 #[derive(Clone)]
 pub struct AppState {
@@ -21,7 +22,7 @@ pub struct AppState {
     pub interval: Duration,
     pub max_processes: usize,
     /// The stacks thread, unless `[stacks] enabled = false`.
-    pub stacks: Option<crate::stacks::Stacks>,
+    pub stacks: Option<crate::sampling::stacks::Stacks>,
     pub stacks_config: crate::config::StacksConfig,
 }
 
@@ -29,10 +30,10 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/metrics", get(metrics_handler))
         .route("/healthz", get(healthz_handler))
-        .route("/api/v1/status", get(api::status))
-        .route("/api/v1/events", get(api::events))
-        .route("/api/v1/history", get(history_api::history))
-        .route("/api/v1/stacks/{pid}", get(stacks_api::stacks))
+        .route("/api/v1/status", get(status::status))
+        .route("/api/v1/events", get(status::events))
+        .route("/api/v1/history", get(history::history))
+        .route("/api/v1/stacks/{pid}", get(stacks::stacks))
         .route("/", get(page::status_page))
         .fallback(not_found)
         // Fastest gzip: a quarter of the default level's CPU, a slightly larger body.

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use axum::http::{HeaderName, HeaderValue, header};
 use serde::Deserialize;
 
-use crate::basic_auth::BasicAuth;
-use crate::tls;
+use crate::http::basic_auth::BasicAuth;
+use crate::http::tls;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -185,5 +185,4 @@ fn header(name: &str, value: &str) -> Result<(HeaderName, HeaderValue), KeyError
 }
 
 #[cfg(test)]
-#[path = "web_config_tests.rs"]
 mod tests;
