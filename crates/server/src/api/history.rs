@@ -7,7 +7,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
-use crate::api::router::AppState;
+use crate::api::state::AppState;
 use crate::sampling::history::{CAPACITY, RESOLUTION_SECONDS};
 
 /// Most minutes one request may ask for: what the ring holds at one point a second.

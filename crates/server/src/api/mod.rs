@@ -6,4 +6,5 @@ pub mod history;
 pub mod page;
 pub mod router;
 pub mod stacks;
+pub mod state;
 pub mod status;

@@ -1,7 +1,7 @@
-//! The HTTP server: `/metrics`, `/healthz` and the JSON API. Handlers read the latest
+//! The router: `/metrics`, `/healthz`, the JSON API and the page. Handlers read the latest
 //! snapshot only; none of them touches NVML or `/proc`.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use axum::Router;
 use axum::extract::State;
@@ -11,20 +11,9 @@ use axum::routing::get;
 use tower_http::CompressionLevel;
 use tower_http::compression::CompressionLayer;
 
+use super::state::AppState;
 use super::{health, history, page, stacks, status};
 use crate::metrics;
-use crate::sampling::sampler::{LatestRx, SharedEngine};
-
-#[derive(Clone)]
-pub struct AppState {
-    pub latest: LatestRx,
-    pub engine: SharedEngine,
-    pub interval: Duration,
-    pub max_processes: usize,
-    /// The stacks thread, unless `[stacks] enabled = false`.
-    pub stacks: Option<crate::sampling::stacks::Stacks>,
-    pub stacks_config: crate::config::StacksConfig,
-}
 
 pub fn router(state: AppState) -> Router {
     Router::new()

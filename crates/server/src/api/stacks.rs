@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Json, Response};
 use diagnosis::stacks::{Focus, Outcome};
 use serde::Deserialize;
 
-use crate::api::router::AppState;
+use crate::api::state::AppState;
 use crate::sampling::stacks::{Deliver, Request};
 
 #[derive(Debug, Deserialize)]

@@ -11,7 +11,8 @@ use collector::gpu::GpuOptions;
 use diagnosis::Engine;
 use tokio::sync::watch;
 
-use crate::api::router::{self, AppState};
+use crate::api::router;
+use crate::api::state::AppState;
 use crate::cli::RunArgs;
 use crate::config::{self, Config};
 use crate::http::web_config::{WebConfig, WebConfigError};

@@ -7,4 +7,5 @@ pub mod limits;
 pub mod serve;
 pub mod tls;
 pub mod web_config;
+pub mod web_config_file;
 pub mod web_config_reload;
