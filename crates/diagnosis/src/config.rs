@@ -286,15 +286,15 @@ pub trait KindConfig {
 }
 
 /// `KindConfig` for a section with `enabled`, `enter_for` and `exit_for`, a
-/// `window` when it says so, and the ratio keys it lists.
+/// `window` when it names one, and the ratio keys it lists.
 macro_rules! kind_config {
-    ($name:ident, window, [$($ratio:ident),* $(,)?]) => {
+    ($name:ident, $($window:ident,)? [$($ratio:ident),* $(,)?]) => {
         impl KindConfig for $name {
             fn enabled(&self) -> bool {
                 self.enabled
             }
             fn window(&self) -> Option<&Duration> {
-                Some(&self.window)
+                some_or_none!($(&self.$window)?)
             }
             fn enter_for(&self) -> Option<&Duration> {
                 Some(&self.enter_for)
@@ -303,34 +303,22 @@ macro_rules! kind_config {
                 &self.exit_for
             }
             fn times_to_fit(&mut self) -> (Option<&mut Duration>, &mut Duration, &mut Duration) {
-                (Some(&mut self.window), &mut self.enter_for, &mut self.exit_for)
+                (some_or_none!($(&mut self.$window)?), &mut self.enter_for, &mut self.exit_for)
             }
             fn ratios(&self) -> Vec<(&'static str, f64)> {
                 vec![$((stringify!($ratio), self.$ratio)),*]
             }
         }
     };
-    ($name:ident, [$($ratio:ident),* $(,)?]) => {
-        impl KindConfig for $name {
-            fn enabled(&self) -> bool {
-                self.enabled
-            }
-            fn window(&self) -> Option<&Duration> {
-                None
-            }
-            fn enter_for(&self) -> Option<&Duration> {
-                Some(&self.enter_for)
-            }
-            fn exit_for(&self) -> &Duration {
-                &self.exit_for
-            }
-            fn times_to_fit(&mut self) -> (Option<&mut Duration>, &mut Duration, &mut Duration) {
-                (None, &mut self.enter_for, &mut self.exit_for)
-            }
-            fn ratios(&self) -> Vec<(&'static str, f64)> {
-                vec![$((stringify!($ratio), self.$ratio)),*]
-            }
-        }
+}
+
+/// `Some(e)`, or `None` without one.
+macro_rules! some_or_none {
+    () => {
+        None
+    };
+    ($e:expr) => {
+        Some($e)
     };
 }
 
