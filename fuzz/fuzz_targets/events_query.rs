@@ -2,7 +2,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use stallwatch::api::{MAX_LIMIT, events_filter};
+use stallwatch::api::status::{MAX_LIMIT, events_filter};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(query) = std::str::from_utf8(data) else {

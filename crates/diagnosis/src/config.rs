@@ -267,6 +267,136 @@ config_struct!(
     }
 );
 
+/// What every kind's section under `[diagnosis.<kind>]` has: its switch, its
+/// times and the values that are ratios. `timing`, `fitted_to` and `validate`
+/// read every kind through it, and `sections!` below is the one table from a
+/// kind to its section.
+pub trait KindConfig {
+    fn enabled(&self) -> bool;
+    /// How far back the kind looks; `None` for kinds that judge the latest sample.
+    fn window(&self) -> Option<&Duration>;
+    /// How long the condition must hold before the kind enters; `None` where the
+    /// kind has no such time.
+    fn enter_for(&self) -> Option<&Duration>;
+    fn exit_for(&self) -> &Duration;
+    /// The window, enter and exit times `fitted_to` shrinks together.
+    fn times_to_fit(&mut self) -> (Option<&mut Duration>, &mut Duration, &mut Duration);
+    /// The keys in the section whose values must lie between 0 and 1.
+    fn ratios(&self) -> Vec<(&'static str, f64)>;
+}
+
+/// `KindConfig` for a section with `enabled`, `enter_for` and `exit_for`, a
+/// `window` when it names one, and the ratio keys it lists.
+macro_rules! kind_config {
+    ($name:ident, $($window:ident,)? [$($ratio:ident),* $(,)?]) => {
+        impl KindConfig for $name {
+            fn enabled(&self) -> bool {
+                self.enabled
+            }
+            fn window(&self) -> Option<&Duration> {
+                some_or_none!($(&self.$window)?)
+            }
+            fn enter_for(&self) -> Option<&Duration> {
+                Some(&self.enter_for)
+            }
+            fn exit_for(&self) -> &Duration {
+                &self.exit_for
+            }
+            fn times_to_fit(&mut self) -> (Option<&mut Duration>, &mut Duration, &mut Duration) {
+                (some_or_none!($(&mut self.$window)?), &mut self.enter_for, &mut self.exit_for)
+            }
+            fn ratios(&self) -> Vec<(&'static str, f64)> {
+                vec![$((stringify!($ratio), self.$ratio)),*]
+            }
+        }
+    };
+}
+
+/// `Some(e)`, or `None` without one.
+macro_rules! some_or_none {
+    () => {
+        None
+    };
+    ($e:expr) => {
+        Some($e)
+    };
+}
+
+kind_config!(InputStarved, window, [max_mean, min_idle_share, exit_mean]);
+kind_config!(
+    InputBound,
+    window,
+    [max_mean, min_idle_share, exit_mean, exit_idle_share]
+);
+kind_config!(SingleThreadBound, window, [min_pinned_share]);
+kind_config!(CpuSaturated, window, [min_host_cpu]);
+kind_config!(IoBound, window, [min_disk_sleep_share]);
+kind_config!(BusyNoProgress, window, [min_busy_share]);
+kind_config!(IdleNoProgress, window, []);
+kind_config!(HostMemoryPressure, [max_available]);
+kind_config!(GpuMemoryFull, [min_used]);
+kind_config!(SharedGpu, []);
+kind_config!(Throttled, window, [min_share]);
+
+/// A leftover process counts after `idle_for` without SM activity, read on its
+/// own (`leftover_idle_seconds`); it has no window or enter time, and `fitted_to`
+/// shrinks `idle_for` as the enter time.
+impl KindConfig for LeftoverProcess {
+    fn enabled(&self) -> bool {
+        self.enabled
+    }
+    fn window(&self) -> Option<&Duration> {
+        None
+    }
+    fn enter_for(&self) -> Option<&Duration> {
+        None
+    }
+    fn exit_for(&self) -> &Duration {
+        &self.exit_for
+    }
+    fn times_to_fit(&mut self) -> (Option<&mut Duration>, &mut Duration, &mut Duration) {
+        (None, &mut self.idle_for, &mut self.exit_for)
+    }
+    fn ratios(&self) -> Vec<(&'static str, f64)> {
+        Vec::new()
+    }
+}
+
+/// The table from a kind to its section: a new kind adds its row here (beside
+/// its field in `DiagnosisConfig`, its section struct and its `kind_config!`).
+macro_rules! sections {
+    ($($kind:ident => $field:ident),* $(,)?) => {
+        impl DiagnosisConfig {
+            fn section(&self, kind: Kind) -> &dyn KindConfig {
+                match kind {
+                    $(Kind::$kind => &self.$field,)*
+                }
+            }
+
+            fn section_mut(&mut self, kind: Kind) -> &mut dyn KindConfig {
+                match kind {
+                    $(Kind::$kind => &mut self.$field,)*
+                }
+            }
+        }
+    };
+}
+
+sections! {
+    InputStarved => input_starved,
+    InputBound => input_bound,
+    SingleThreadBound => single_thread_bound,
+    CpuSaturated => cpu_saturated,
+    IoBound => io_bound,
+    BusyNoProgress => busy_no_progress,
+    IdleNoProgress => idle_no_progress,
+    HostMemoryPressure => host_memory_pressure,
+    GpuMemoryFull => gpu_memory_full,
+    SharedGpu => shared_gpu,
+    LeftoverProcess => leftover_process,
+    Throttled => throttled,
+}
+
 /// Longest any time may be once multiplied by `time_scale`. Far beyond any
 /// use, and it keeps every derived time a valid `Duration`.
 const MAX_YEARS: u64 = 100;
@@ -303,62 +433,15 @@ impl DiagnosisConfig {
 
     /// Enabled flag, window, enter and exit times of a kind, in seconds.
     pub fn timing(&self, kind: Kind) -> Timing {
-        let t = |enabled, window: Duration, enter: Duration, exit: Duration| Timing {
-            enabled,
-            window: self.scaled(window),
-            enter_for: self.scaled(enter),
-            exit_for: self.scaled(exit),
-        };
+        let section = self.section(kind);
         let zero = Duration::ZERO;
-        match kind {
-            Kind::InputStarved => {
-                let c = &self.input_starved;
-                t(c.enabled, c.window, c.enter_for, c.exit_for)
-            }
-            Kind::InputBound => {
-                let c = &self.input_bound;
-                t(c.enabled, c.window, c.enter_for, c.exit_for)
-            }
-            Kind::SingleThreadBound => {
-                let c = &self.single_thread_bound;
-                t(c.enabled, c.window, c.enter_for, c.exit_for)
-            }
-            Kind::CpuSaturated => {
-                let c = &self.cpu_saturated;
-                t(c.enabled, c.window, c.enter_for, c.exit_for)
-            }
-            Kind::IoBound => {
-                let c = &self.io_bound;
-                t(c.enabled, c.window, c.enter_for, c.exit_for)
-            }
-            Kind::BusyNoProgress => {
-                let c = &self.busy_no_progress;
-                t(c.enabled, c.window, c.enter_for, c.exit_for)
-            }
-            Kind::IdleNoProgress => {
-                let c = &self.idle_no_progress;
-                t(c.enabled, c.window, c.enter_for, c.exit_for)
-            }
-            Kind::HostMemoryPressure => {
-                let c = &self.host_memory_pressure;
-                t(c.enabled, zero, c.enter_for, c.exit_for)
-            }
-            Kind::GpuMemoryFull => {
-                let c = &self.gpu_memory_full;
-                t(c.enabled, zero, c.enter_for, c.exit_for)
-            }
-            Kind::SharedGpu => {
-                let c = &self.shared_gpu;
-                t(c.enabled, zero, c.enter_for, c.exit_for)
-            }
-            Kind::LeftoverProcess => {
-                let c = &self.leftover_process;
-                t(c.enabled, zero, zero, c.exit_for)
-            }
-            Kind::Throttled => {
-                let c = &self.throttled;
-                t(c.enabled, c.window, c.enter_for, c.exit_for)
-            }
+        let window = section.window().copied().unwrap_or(zero);
+        let enter_for = section.enter_for().copied().unwrap_or(zero);
+        Timing {
+            enabled: section.enabled(),
+            window: self.scaled(window),
+            enter_for: self.scaled(enter_for),
+            exit_for: self.scaled(*section.exit_for()),
         }
     }
 
@@ -425,37 +508,11 @@ impl DiagnosisConfig {
                 ));
             }
         }
-        let s = &self.input_starved;
-        ratio("input_starved.max_mean", s.max_mean)?;
-        ratio("input_starved.min_idle_share", s.min_idle_share)?;
-        ratio("input_starved.exit_mean", s.exit_mean)?;
-        let b = &self.input_bound;
-        ratio("input_bound.max_mean", b.max_mean)?;
-        ratio("input_bound.min_idle_share", b.min_idle_share)?;
-        ratio("input_bound.exit_mean", b.exit_mean)?;
-        ratio("input_bound.exit_idle_share", b.exit_idle_share)?;
-        ratio(
-            "single_thread_bound.min_pinned_share",
-            self.single_thread_bound.min_pinned_share,
-        )?;
-        ratio(
-            "cpu_saturated.min_host_cpu",
-            self.cpu_saturated.min_host_cpu,
-        )?;
-        ratio(
-            "io_bound.min_disk_sleep_share",
-            self.io_bound.min_disk_sleep_share,
-        )?;
-        ratio(
-            "busy_no_progress.min_busy_share",
-            self.busy_no_progress.min_busy_share,
-        )?;
-        ratio(
-            "host_memory_pressure.max_available",
-            self.host_memory_pressure.max_available,
-        )?;
-        ratio("gpu_memory_full.min_used", self.gpu_memory_full.min_used)?;
-        ratio("throttled.min_share", self.throttled.min_share)?;
+        for kind in Kind::ALL {
+            for (key, value) in self.section(kind).ratios() {
+                ratio(&format!("{kind}.{key}"), value)?;
+            }
+        }
         Ok(())
     }
 }
@@ -482,49 +539,11 @@ impl DiagnosisConfig {
                 *d = d.mul_f64(factor);
             }
         };
-        let mut none = Duration::ZERO;
-        fit(
-            &mut c.input_starved.window,
-            &mut c.input_starved.enter_for,
-            &mut c.input_starved.exit_for,
-        );
-        fit(
-            &mut c.input_bound.window,
-            &mut c.input_bound.enter_for,
-            &mut c.input_bound.exit_for,
-        );
-        let s = &mut c.single_thread_bound;
-        fit(&mut s.window, &mut s.enter_for, &mut s.exit_for);
-        fit(
-            &mut c.cpu_saturated.window,
-            &mut c.cpu_saturated.enter_for,
-            &mut c.cpu_saturated.exit_for,
-        );
-        fit(
-            &mut c.io_bound.window,
-            &mut c.io_bound.enter_for,
-            &mut c.io_bound.exit_for,
-        );
-        let b = &mut c.busy_no_progress;
-        fit(&mut b.window, &mut b.enter_for, &mut b.exit_for);
-        let i = &mut c.idle_no_progress;
-        fit(&mut i.window, &mut i.enter_for, &mut i.exit_for);
-        let h = &mut c.host_memory_pressure;
-        fit(&mut none, &mut h.enter_for, &mut h.exit_for);
-        let g = &mut c.gpu_memory_full;
-        fit(&mut none, &mut g.enter_for, &mut g.exit_for);
-        fit(
-            &mut none,
-            &mut c.shared_gpu.enter_for,
-            &mut c.shared_gpu.exit_for,
-        );
-        let l = &mut c.leftover_process;
-        fit(&mut none, &mut l.idle_for, &mut l.exit_for);
-        fit(
-            &mut c.throttled.window,
-            &mut c.throttled.enter_for,
-            &mut c.throttled.exit_for,
-        );
+        for kind in Kind::ALL {
+            let mut none = Duration::ZERO;
+            let (window, enter, exit) = c.section_mut(kind).times_to_fit();
+            fit(window.unwrap_or(&mut none), enter, exit);
+        }
         c
     }
 }

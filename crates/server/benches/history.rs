@@ -11,7 +11,7 @@
 //! number sets the iteration count (default 2000).
 
 use collector::snapshot::{GpuSnapshot, JobSnapshot, Snapshot, ThreadUsage};
-use stallwatch::history::{CAPACITY, History, POINT_BYTES};
+use stallwatch::sampling::history::{CAPACITY, History, POINT_BYTES};
 use std::hint::black_box;
 use std::io::Write;
 

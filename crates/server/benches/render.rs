@@ -22,8 +22,8 @@ use collector::sample::{
 };
 use collector::snapshot::Snapshot;
 use diagnosis::{DiagnosisConfig, Engine, GpuStatus};
-use stallwatch::frame;
 use stallwatch::metrics::{Format, Scrape, render};
+use stallwatch::sampling::frame;
 
 mod timing;
 use timing::{measure, report};

@@ -3,7 +3,8 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use stallwatch::{check, cli, run, stacks_cmd, status_cmd};
+use stallwatch::cli;
+use stallwatch::commands::{check, run, stacks as stacks_cmd, status as status_cmd};
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use axum::http::Uri;
 use diagnosis::Engine;
-use stallwatch::api::{MAX_LIMIT, events_filter};
+use stallwatch::api::status::{MAX_LIMIT, events_filter};
 use stallwatch::config::Config;
 
 fn corpus(target: &str) -> Vec<(PathBuf, Vec<u8>)> {

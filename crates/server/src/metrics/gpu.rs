@@ -4,7 +4,7 @@ use collector::snapshot::{ClockEventReason, GpuSnapshot, Snapshot};
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::registry::Unit;
 
-use super::{Labels, counter, gauge, hertz, info, no_labels, ratio};
+use super::{Labels, counter, exported_processes, gauge, hertz, info, no_labels, ratio};
 
 fn labels(g: &GpuSnapshot) -> Labels {
     vec![("gpu", g.index.to_string()), ("uuid", g.uuid.clone())]
@@ -217,7 +217,7 @@ fn processes(
 ) -> Result<(), std::fmt::Error> {
     let series = |value: fn(&collector::snapshot::GpuProcessSnapshot) -> Option<f64>| {
         live.iter().flat_map(move |g| {
-            g.processes.iter().take(max).filter_map(move |p| {
+            exported_processes(g, max).filter_map(move |p| {
                 let mut l = labels(g);
                 l.push(("pid", p.pid.to_string()));
                 l.push(("comm", p.comm.clone()));

@@ -9,7 +9,7 @@ use collector::snapshot::{JobSnapshot, Snapshot, ThreadStates};
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::registry::Unit;
 
-use super::{Labels, counter, gauge, info, ratio};
+use super::{Labels, counter, exported_processes, gauge, info, ratio};
 
 fn labels(j: &JobSnapshot) -> Labels {
     vec![("pid", j.pid.to_string()), ("comm", j.comm.clone())]
@@ -29,7 +29,7 @@ fn exported(s: &Snapshot, max_processes: usize) -> Vec<&JobSnapshot> {
     let pids: HashSet<u32> = s
         .gpus
         .iter()
-        .flat_map(|g| g.processes.iter().take(max_processes).map(|p| p.pid))
+        .flat_map(|g| exported_processes(g, max_processes).map(|p| p.pid))
         .collect();
     s.jobs.iter().filter(|j| pids.contains(&j.pid)).collect()
 }

@@ -10,7 +10,7 @@ mod verdicts;
 use std::sync::Arc;
 
 use collector::sample::ErrorSource;
-use collector::snapshot::Snapshot;
+use collector::snapshot::{GpuProcessSnapshot, GpuSnapshot, Snapshot};
 use diagnosis::GpuStatus;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet};
@@ -75,6 +75,16 @@ impl Collector for Scrape {
         job::encode(e, s, self.max_processes)?;
         host::encode(e, &s.host)
     }
+}
+
+/// The processes of a GPU that get series: the first `max_processes` (the
+/// collector lists them largest GPU memory first). The one place the
+/// `gpu.max_processes` cap is applied, for the process series and for the jobs.
+fn exported_processes(
+    g: &GpuSnapshot,
+    max_processes: usize,
+) -> impl Iterator<Item = &GpuProcessSnapshot> {
+    g.processes.iter().take(max_processes)
 }
 
 /// Renders a snapshot and its diagnosis in the given format.

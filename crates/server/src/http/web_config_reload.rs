@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::web_config::WebConfig;
+use crate::http::web_config::WebConfig;
 
 /// How often the files' modification times are looked at, at most.
 const CHECK_EVERY: Duration = Duration::from_secs(1);

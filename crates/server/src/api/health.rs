@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::sampler::Latest;
+use crate::sampling::sampler::Latest;
 
 #[derive(Debug, Serialize, PartialEq)]
 pub struct Health {
@@ -50,7 +50,7 @@ pub fn check(latest: Option<&Latest>, interval: Duration, now: Instant) -> Healt
             )
         }),
         last_sample_age_seconds: Some(age.as_secs_f64()),
-        nvml: crate::api::nvml_state(s.nvml_up, s.gpu_stale),
+        nvml: crate::api::status::nvml_state(s.nvml_up, s.gpu_stale),
         gpus: s.gpus.len(),
         jobs: s.jobs.len(),
     }

@@ -1,7 +1,7 @@
-//! The HTTP server: `/metrics`, `/healthz` and the JSON API. Handlers read the latest
+//! The router: `/metrics`, `/healthz`, the JSON API and the page. Handlers read the latest
 //! snapshot only; none of them touches NVML or `/proc`.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use axum::Router;
 use axum::extract::State;
@@ -11,28 +11,18 @@ use axum::routing::get;
 use tower_http::CompressionLevel;
 use tower_http::compression::CompressionLayer;
 
-use crate::sampler::{LatestRx, SharedEngine};
-use crate::{api, health, history_api, metrics, page, stacks_api};
-
-#[derive(Clone)]
-pub struct AppState {
-    pub latest: LatestRx,
-    pub engine: SharedEngine,
-    pub interval: Duration,
-    pub max_processes: usize,
-    /// The stacks thread, unless `[stacks] enabled = false`.
-    pub stacks: Option<crate::stacks::Stacks>,
-    pub stacks_config: crate::config::StacksConfig,
-}
+use super::state::AppState;
+use super::{health, history, page, stacks, status};
+use crate::metrics;
 
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/metrics", get(metrics_handler))
         .route("/healthz", get(healthz_handler))
-        .route("/api/v1/status", get(api::status))
-        .route("/api/v1/events", get(api::events))
-        .route("/api/v1/history", get(history_api::history))
-        .route("/api/v1/stacks/{pid}", get(stacks_api::stacks))
+        .route("/api/v1/status", get(status::status))
+        .route("/api/v1/events", get(status::events))
+        .route("/api/v1/history", get(history::history))
+        .route("/api/v1/stacks/{pid}", get(stacks::stacks))
         .route("/", get(page::status_page))
         .fallback(not_found)
         // Fastest gzip: a quarter of the default level's CPU, a slightly larger body.

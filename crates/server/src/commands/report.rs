@@ -7,7 +7,7 @@ use diagnosis::evidence::Evidence;
 use diagnosis::stacks::{Focus, Outcome, StackReport, describe_spot, thread_line};
 use diagnosis::{Event, GpuStatus, Phase, Verdict};
 
-use crate::api::StatusResponse;
+use crate::api::status::StatusResponse;
 
 fn pct(v: f64) -> String {
     format!("{:.0}%", v * 100.0)

@@ -5,7 +5,7 @@ use axum::http::header;
 use axum::response::IntoResponse;
 
 /// The page: crates/server/assets/status.html.
-pub const STATUS_HTML: &str = include_str!("../assets/status.html");
+pub const STATUS_HTML: &str = include_str!("../../assets/status.html");
 
 /// Lets the page run its inline script and style and talk to this origin only:
 /// the browser refuses anything else it might try to load.

@@ -7,8 +7,8 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
-use crate::history::{CAPACITY, RESOLUTION_SECONDS};
-use crate::http::AppState;
+use crate::api::state::AppState;
+use crate::sampling::history::{CAPACITY, RESOLUTION_SECONDS};
 
 /// Most minutes one request may ask for: what the ring holds at one point a second.
 pub const MAX_MINUTES: u32 = (CAPACITY as f64 * RESOLUTION_SECONDS / 60.0) as u32;

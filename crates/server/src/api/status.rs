@@ -6,7 +6,7 @@ use axum::response::{IntoResponse, Json, Response};
 use diagnosis::{Event, GpuStatus};
 use serde::{Deserialize, Serialize};
 
-use crate::http::AppState;
+use crate::api::state::AppState;
 
 /// Most events one request returns.
 pub const MAX_LIMIT: usize = 1000;

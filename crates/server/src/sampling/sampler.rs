@@ -17,9 +17,10 @@ use collector::snapshot::Snapshot;
 use diagnosis::{Engine, Event, GpuStatus, Phase};
 use tokio::sync::watch;
 
-use crate::history::{History, SharedHistory};
-use crate::stacks::{self, Trigger};
-use crate::{frame, notify};
+use crate::notify;
+use crate::sampling::frame;
+use crate::sampling::history::{History, SharedHistory};
+use crate::sampling::stacks::{self, Trigger};
 
 /// The latest snapshot, the diagnosis made from it, and when it finished;
 /// with the history it was added to (the same one for every sample).

@@ -11,15 +11,16 @@ use collector::gpu::GpuOptions;
 use diagnosis::Engine;
 use tokio::sync::watch;
 
+use crate::api::router;
+use crate::api::state::AppState;
 use crate::cli::RunArgs;
 use crate::config::{self, Config};
-use crate::http::{self, AppState};
+use crate::http::web_config::{WebConfig, WebConfigError};
+use crate::http::web_config_reload::WebConfigSource;
 use crate::logging;
 use crate::notify;
-use crate::sampler::Sampler;
-use crate::stacks::{Stacks, Trigger};
-use crate::web_config::{WebConfig, WebConfigError};
-use crate::web_config_reload::WebConfigSource;
+use crate::sampling::sampler::Sampler;
+use crate::sampling::stacks::{Stacks, Trigger};
 
 /// Exit status for a configuration the daemon cannot use.
 pub const EXIT_CONFIG: u8 = 2;
@@ -120,7 +121,7 @@ fn serve(config: Config, web: WebConfig, record_frames: Option<PathBuf>) -> anyh
         }
         .spawn(publish, stop_rx)
         .context("cannot start the sampling thread")?;
-        let app = http::router(AppState {
+        let app = router::router(AppState {
             latest,
             engine,
             interval: config.sampling.interval,
@@ -141,7 +142,7 @@ fn serve(config: Config, web: WebConfig, record_frames: Option<PathBuf>) -> anyh
         }
         notify::ready();
         let web = WebConfigSource::new(config.server.web_config_file().map(Into::into), web);
-        crate::serve::run(listener, app, &config.server, web, shutdown_signal()).await;
+        crate::http::serve::run(listener, app, &config.server, web, shutdown_signal()).await;
         notify::stopping();
         let _ = stop_tx.send(());
         let _ = sampler.join();

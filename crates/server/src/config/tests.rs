@@ -3,7 +3,7 @@ use std::time::Duration;
 
 use super::{Config, ConfigError};
 
-const EXAMPLE: &str = include_str!("../../../config.example.toml");
+const EXAMPLE: &str = include_str!("../../../../config.example.toml");
 
 fn parse(text: &str) -> Result<Config, ConfigError> {
     Config::parse(text, Path::new("/etc/stallwatch/config.toml"))

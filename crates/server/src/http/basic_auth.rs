@@ -15,7 +15,7 @@ use ring::hmac;
 use ring::rand::SystemRandom;
 use tokio::sync::Semaphore;
 
-use crate::web_config::KeyError;
+use crate::http::web_config_file::KeyError;
 
 /// Checked against when the user is unknown, so that the answer takes as
 /// long as for a known user (bcrypt of "stallwatch" at cost 10).
@@ -119,5 +119,4 @@ fn unauthorized() -> Response {
 }
 
 #[cfg(test)]
-#[path = "basic_auth_tests.rs"]
 mod tests;

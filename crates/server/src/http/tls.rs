@@ -10,7 +10,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig, SupportedCipherSuite, SupportedProtocolVersion};
 
-use crate::web_config::{KeyError, TlsServerConfig};
+use crate::http::web_config_file::{KeyError, TlsServerConfig};
 
 const KEY: &str = "tls_server_config";
 

@@ -10,10 +10,11 @@ use collector::delta::derive;
 use collector::gpu::GpuOptions;
 use diagnosis::Engine;
 
-use crate::api::{StatusResponse, nvml_state};
+use crate::api::status::{StatusResponse, nvml_state};
 use crate::cli::CheckArgs;
+use crate::commands::{report, run};
 use crate::config::Config;
-use crate::{frame, report, run, stacks};
+use crate::sampling::{frame, stacks};
 
 /// Longest stack burst a check adds to its run.
 const CHECK_STACKS: Duration = Duration::from_secs(5);

@@ -24,10 +24,10 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tower::ServiceExt;
 
 use crate::config::ServerConfig;
-use crate::conn_activity::{Activity, Phase, Registry, Timeouts, Watched};
-use crate::limits;
-use crate::web_config::WebConfig;
-use crate::web_config_reload::WebConfigSource;
+use crate::http::conn_activity::{Activity, Phase, Registry, Timeouts, Watched};
+use crate::http::limits;
+use crate::http::web_config::WebConfig;
+use crate::http::web_config_reload::WebConfigSource;
 
 struct Shared {
     router: Router,

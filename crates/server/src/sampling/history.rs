@@ -243,5 +243,4 @@ impl Serialize for GpuWindow<'_> {
 }
 
 #[cfg(test)]
-#[path = "history_tests.rs"]
 mod tests;

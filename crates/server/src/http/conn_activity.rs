@@ -270,5 +270,4 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
 }
 
 #[cfg(test)]
-#[path = "conn_activity_tests.rs"]
 mod tests;

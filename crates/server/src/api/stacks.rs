@@ -11,8 +11,8 @@ use axum::response::{IntoResponse, Json, Response};
 use diagnosis::stacks::{Focus, Outcome};
 use serde::Deserialize;
 
-use crate::http::AppState;
-use crate::stacks::{Deliver, Request};
+use crate::api::state::AppState;
+use crate::sampling::stacks::{Deliver, Request};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -3,10 +3,10 @@
 
 use std::process::ExitCode;
 
-use crate::api::StatusResponse;
-use crate::check::{EXIT_ERROR, EXIT_FOUND};
+use crate::api::status::StatusResponse;
 use crate::cli::StatusArgs;
-use crate::report;
+use crate::commands::check::{EXIT_ERROR, EXIT_FOUND};
+use crate::commands::report;
 
 fn fetch(url: &str) -> Result<StatusResponse, String> {
     let endpoint = format!("{}/api/v1/status", url.trim_end_matches('/'));

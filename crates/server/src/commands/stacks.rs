@@ -8,7 +8,8 @@ use collector::stacks::StackReader;
 use diagnosis::stacks::{Focus, Outcome};
 
 use crate::cli::StacksArgs;
-use crate::{report, run, stacks};
+use crate::commands::{report, run};
+use crate::sampling::stacks;
 
 pub const EXIT_UNREADABLE: u8 = 1;
 pub const EXIT_ERROR: u8 = 2;

@@ -1,0 +1,19 @@
+//! What every handler gets: the latest published sample, the engine, the stacks
+//! thread and the settings the routes need. Built by `commands::run`.
+
+use std::time::Duration;
+
+use crate::config::StacksConfig;
+use crate::sampling::sampler::{LatestRx, SharedEngine};
+use crate::sampling::stacks::Stacks;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub latest: LatestRx,
+    pub engine: SharedEngine,
+    pub interval: Duration,
+    pub max_processes: usize,
+    /// The stacks thread, unless `[stacks] enabled = false`.
+    pub stacks: Option<Stacks>,
+    pub stacks_config: StacksConfig,
+}

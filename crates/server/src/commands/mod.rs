@@ -1,0 +1,8 @@
+//! What each `stallwatch` command does (`run`, `check`, `status`, `stacks`), and the
+//! terminal report they print. The arguments are in `crate::cli`.
+
+pub mod check;
+pub mod report;
+pub mod run;
+pub mod stacks;
+pub mod status;
