@@ -84,7 +84,8 @@ config_struct!(
 );
 
 config_struct!(
-    /// GPU idle a good part of the time: utilization swinging, mean low.
+    /// GPU busy well under half the time while the job works: utilization
+    /// steady or swinging, mean low.
     InputBound {
         enabled: bool = true,
         #[serde(with = "humantime_serde")]
@@ -93,12 +94,20 @@ config_struct!(
         enter_for: Duration = secs(30),
         #[serde(with = "humantime_serde")]
         exit_for: Duration = secs(60),
+        /// Enter when the utilization mean over the window is below this,
+        /// steady or swinging: idle samples are not needed (NVML averages
+        /// utilization over its own period, so a fast serial pipeline reads a
+        /// steady mid value, never 0).
         max_mean: f64 = 0.5,
-        min_idle_share: f64 = 0.2,
+        /// Optionally also require this share of idle samples (0: not required).
+        min_idle_share: f64 = 0.0,
         /// The job must be alive: CPU in cores, mean over the window.
         min_job_cpu: f64 = 0.05,
+        /// Leave when the mean over `exit_for` reaches this...
         exit_mean: f64 = 0.6,
-        exit_idle_share: f64 = 0.1,
+        /// ...or the idle share over `exit_for` falls below this (0: never;
+        /// meant to go with a `min_idle_share`).
+        exit_idle_share: f64 = 0.0,
     }
 );
 
