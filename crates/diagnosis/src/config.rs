@@ -112,7 +112,8 @@ config_struct!(
 );
 
 config_struct!(
-    /// One thread of the job pinned at a full core while the GPU waits.
+    /// One thread of the job pinned at a full core while the GPU waits, or
+    /// GIL-bound work of one process spread over several threads.
     SingleThreadBound {
         enabled: bool = true,
         #[serde(with = "humantime_serde")]
@@ -121,11 +122,20 @@ config_struct!(
         enter_for: Duration = secs(15),
         #[serde(with = "humantime_serde")]
         exit_for: Duration = secs(60),
-        /// A sample counts as pinned when the busiest thread used this share of a core.
+        /// A sample counts as pinned when the busiest thread used this share
+        /// of a core, or the busy threads of one process together did while
+        /// that process stayed under `max_process_cpu` (GIL-bound work hopping
+        /// between threads).
         min_thread_cpu: f64 = 0.9,
         /// Share of the window's samples that must be pinned.
         min_pinned_share: f64 = 0.8,
+        /// Leave when the busiest thread (or one process's busy threads
+        /// together) stays below this share of a core.
         exit_thread_cpu: f64 = 0.7,
+        /// Threads spread over one process count together only while the
+        /// whole process uses less than this many cores: the GIL lets its
+        /// Python threads use about one core between them.
+        max_process_cpu: f64 = 1.3,
     }
 );
 
