@@ -276,3 +276,24 @@ fn a_spread_on_a_healthy_gpu_raises_nothing() {
     run.feed(0, 400, |t| frame(t, 0.95, vec![gil_job(t, 1.03)]));
     assert!(run.events.is_empty(), "{:?}", run.kinds());
 }
+
+#[test]
+fn a_short_check_sees_a_gil_spread() {
+    let config = DiagnosisConfig::default().fitted_to(30.0);
+    let mut run = Run::new(config);
+    run.feed(0, 30, |t| frame(t, 0.02, vec![gil_job(t, 1.03)]));
+    assert_eq!(
+        run.kinds(),
+        vec![Kind::InputStarved, Kind::SingleThreadBound]
+    );
+    let status = &run.engine.status()[0];
+    let single = status
+        .active
+        .iter()
+        .find(|a| a.kind == Kind::SingleThreadBound)
+        .unwrap();
+    assert_eq!(
+        single.evidence.gil_spread.as_ref().unwrap().threads.len(),
+        3
+    );
+}
