@@ -123,19 +123,21 @@ config_struct!(
         #[serde(with = "humantime_serde")]
         exit_for: Duration = secs(60),
         /// A sample counts as pinned when the busiest thread used this share
-        /// of a core, or the busy threads of one process together did while
-        /// that process stayed under `max_process_cpu` (GIL-bound work hopping
-        /// between threads).
+        /// of a core...
         min_thread_cpu: f64 = 0.9,
+        /// ...or when two or more busy threads of one process used this many
+        /// cores together (GIL-bound work hopping between threads: each
+        /// handover of the GIL costs a wake-up, so they fall a little short
+        /// of the full core one pinned thread shows)...
+        min_spread_cpu: f64 = 0.8,
+        /// ...while that whole process used less than this many cores: the
+        /// GIL lets its Python threads use about one core between them.
+        max_process_cpu: f64 = 1.3,
         /// Share of the window's samples that must be pinned.
         min_pinned_share: f64 = 0.8,
         /// Leave when the busiest thread (or one process's busy threads
         /// together) stays below this share of a core.
         exit_thread_cpu: f64 = 0.7,
-        /// Threads spread over one process count together only while the
-        /// whole process uses less than this many cores: the GIL lets its
-        /// Python threads use about one core between them.
-        max_process_cpu: f64 = 1.3,
     }
 );
 

@@ -190,6 +190,33 @@ fn gil_bound_work_spread_over_three_threads_is_single_thread_bound() {
 }
 
 #[test]
+fn a_spread_a_little_short_of_a_full_core_still_counts() {
+    // Each handover of the GIL costs a wake-up: 3 x 0.28 = 0.84 cores.
+    let mut run = Run::default();
+    run.feed(0, 300, |t| {
+        let mut j = gil_job(t, 0.88);
+        for th in j.top_threads.iter_mut().filter(|th| th.cpu > 0.1) {
+            th.cpu = 0.28;
+        }
+        frame(t, 0.02, vec![j])
+    });
+    assert_eq!(
+        run.kinds(),
+        vec![Kind::InputStarved, Kind::SingleThreadBound]
+    );
+    // Well short of a core (3 x 0.2): not bound by the GIL.
+    let mut run = Run::default();
+    run.feed(0, 300, |t| {
+        let mut j = gil_job(t, 0.64);
+        for th in j.top_threads.iter_mut().filter(|th| th.cpu > 0.1) {
+            th.cpu = 0.2;
+        }
+        frame(t, 0.02, vec![j])
+    });
+    assert_eq!(run.kinds(), vec![Kind::InputStarved]);
+}
+
+#[test]
 fn one_pinned_thread_carries_no_spread_evidence() {
     let mut run = Run::default();
     run.feed(0, 300, |t| {

@@ -94,7 +94,7 @@ pub fn single_thread(ctx: &Ctx) -> Finding {
     let c = &ctx.config.single_thread_bound;
     let w = ctx.window(Kind::SingleThreadBound);
     let one = |p: &Point| p.top_thread_cpu.is_some_and(|v| v >= c.min_thread_cpu);
-    let spread = |p: &Point| p.spread_cpu.is_some_and(|v| v >= c.min_thread_cpu);
+    let spread = |p: &Point| p.spread_cpu.is_some_and(|v| v >= c.min_spread_cpu);
     let pinned = w.share(|p| Some(one(p) || spread(p)));
     let one_share = w.share(|p| Some(one(p))).unwrap_or(0.0);
     let spread_share = w.share(|p| Some(spread(p) && !one(p))).unwrap_or(0.0);
