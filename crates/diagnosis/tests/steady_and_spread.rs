@@ -282,6 +282,32 @@ fn a_host_short_of_cpu_is_cpu_saturated_not_gil_bound() {
 }
 
 #[test]
+fn cpu_waits_from_gil_handovers_on_a_host_with_idle_cpus_are_not_saturation() {
+    // Each handover wakes a thread that waits for the CPU the last holder is
+    // leaving: PSI cpu reads 0.25 while the 2-core host is 60% busy.
+    let mut run = Run::default();
+    run.feed(0, 300, |t| {
+        let mut f = frame(t, 0.02, vec![gil_job(t, 1.0)]);
+        f.host.cpu_utilization = Some(0.6);
+        f.host.psi_cpu_some = Some(0.25);
+        f
+    });
+    assert_eq!(
+        run.kinds(),
+        vec![Kind::InputStarved, Kind::SingleThreadBound]
+    );
+    // The same waits with one pinned thread: PSI decides, as before.
+    let mut run = Run::default();
+    run.feed(0, 300, |t| {
+        let mut f = frame(t, 0.02, vec![job(100, 1.0, 0.99)]);
+        f.host.cpu_utilization = Some(0.6);
+        f.host.psi_cpu_some = Some(0.25);
+        f
+    });
+    assert_eq!(run.kinds(), vec![Kind::InputStarved, Kind::CpuSaturated]);
+}
+
+#[test]
 fn frames_without_per_process_cpu_still_show_a_one_process_spread() {
     // Recorded before frames carried `top_processes`: a job of one process
     // has its CPU in `cpu_cores`.

@@ -7,22 +7,35 @@ use crate::Kind;
 use crate::evidence::{GilSpread, ThreadEvidence, round, round_opt};
 use crate::frame::{JobFrame, ThreadFrame};
 use crate::hysteresis::Condition;
-use crate::window::Point;
+use crate::window::{Point, Window};
 
 /// Whether the host is short of CPU over the cpu_saturated window. Where the
 /// kernel has PSI, tasks waiting for a CPU decide: a host kept busy by one
 /// pinned thread plus work that has cores of its own is busy, not short.
-/// Without PSI, the host's busy share stands in.
+/// Without PSI, the host's busy share stands in; so it does beside PSI while
+/// the job's threads hand the GIL to each other.
 fn host_saturated(ctx: &Ctx) -> (bool, Option<f64>, Option<f64>) {
     let c = &ctx.config.cpu_saturated;
     let w = ctx.window(Kind::CpuSaturated);
     let host = w.mean(|p| p.host_cpu);
     let psi = w.mean(|p| p.psi_cpu);
+    let busy = host.is_some_and(|h| h >= c.min_host_cpu);
     let saturated = match psi {
-        Some(p) => p >= c.min_psi_cpu,
-        None => host.is_some_and(|h| h >= c.min_host_cpu),
+        Some(p) => p >= c.min_psi_cpu && (busy || !gil_handovers(ctx, &w)),
+        None => busy,
     };
     (saturated, host, psi)
+}
+
+/// Whether the job's GIL-bound threads hand the GIL to each other through
+/// most of the window. Each handover wakes a thread that then waits, briefly,
+/// for the CPU the last holder is leaving: PSI cpu rises (by 0.1-0.2 on a
+/// 2-core host) while CPUs sit idle, so PSI alone does not show a host short
+/// of CPU.
+fn gil_handovers(ctx: &Ctx, w: &Window) -> bool {
+    let s = &ctx.config.single_thread_bound;
+    w.share(|p| Some(p.spread_cpu.is_some_and(|v| v >= s.min_spread_cpu)))
+        .is_some_and(|share| share >= s.min_pinned_share)
 }
 
 /// A thread using at least this share of a core counts as one of a
@@ -161,7 +174,9 @@ pub fn cpu_saturated(ctx: &Ctx) -> Finding {
     let latest = ctx.history.latest();
     let host_now = latest.and_then(|p| p.host_cpu).unwrap_or(0.0);
     let calm = match latest.and_then(|p| p.psi_cpu) {
-        Some(psi_now) => psi_now < c.exit_psi_cpu,
+        Some(psi_now) => {
+            psi_now < c.exit_psi_cpu || (host_now < c.exit_host_cpu && gil_handovers(ctx, &w))
+        }
         None => host_now < c.exit_host_cpu,
     };
     let mut evidence = ctx.utilization_evidence(&w);
