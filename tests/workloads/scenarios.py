@@ -107,9 +107,17 @@ SCENARIOS = {s.name: s for s in [
     Scenario("input_bound", "shards of 24 batches that take 2.5 s to open: GPU swings 0-75%, mean ~25%",
              [JobSpec("train", HEALTHY + STALL + then(shard_samples=768, shard_open_ms=2500))],
              [Label("input_bound", ONSET)], 450),
+    Scenario("input_bound_steady", "a serial map (one worker) with ~2.5 ms per sample, far "
+             "shorter than the 1 s utilization window: GPU a steady ~35%, never idle",
+             [JobSpec("train", HEALTHY + STALL + then(workers=1))],
+             [Label("input_bound", ONSET)], 450),
     Scenario("single_thread_bound", "map after batch: thread py_map runs 60 ms of Python per "
              "sample for the whole batch, pinned at one core; GPU ~2%",
              [JobSpec("train", HEALTHY + STALL + then(map_after_batch=1, python_work_ms=60, sleep_ms=0))],
+             [Label("input_starved", ONSET), Label("single_thread_bound", ONSET)], 360),
+    Scenario("gil_spread", "3 map threads run 60 ms of pure Python per sample: they take turns "
+             "holding the GIL, each ~1/3 of a core and ~1 core together, none pinned; GPU ~2%",
+             [JobSpec("train", HEALTHY + STALL + then(workers=3, python_work_ms=60, sleep_ms=0))],
              [Label("input_starved", ONSET), Label("single_thread_bound", ONSET)], 360),
     Scenario("cpu_saturated", "3 worker processes doing 40 ms of CPU per sample, the job "
              "confined to CPU 0 (taskset): they queue for the core",

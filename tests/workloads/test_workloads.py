@@ -154,6 +154,29 @@ def test_single_thread_bound_pins_the_py_map_thread(scenario):
     assert mean(run.utilization(since=5.0)) < 0.1
 
 
+def test_input_bound_steady_reads_a_steady_mid_value_never_idle(scenario):
+    run = scenario("input_bound_steady", 0.02)  # onset at 3 s
+    run.sleep_until(8.0)
+    util = run.utilization(since=5.0)  # the 1 s window has left the healthy phase
+    assert 0.2 < mean(util) < 0.5, util
+    assert min(util) > 0.1 and max(util) < 0.6, util  # steady: never idle, never busy
+
+
+def test_gil_spread_shares_one_core_between_three_map_threads(scenario):
+    run = scenario("gil_spread", 0.02)
+    run.sleep_until(4.0)
+    pid = run.jobs["train"].pid
+    before, c0 = thread_cpu(pid), cpu_seconds(pid)
+    run.sleep_until(6.0)
+    after, c1 = thread_cpu(pid), cpu_seconds(pid)
+    used = {after[t][0]: (after[t][1] - before.get(t, (None, 0.0))[1]) / 2.0 for t in after}
+    workers = [used[f"map_worker_{i}"] for i in range(3)]
+    assert all(0.15 < w < 0.6 for w in workers), used  # each about a third, none pinned
+    assert sum(workers) > 0.7, used
+    assert (c1 - c0) / 2.0 < 1.3, used  # the GIL: about one core for the whole process
+    assert mean(run.utilization(since=5.0)) < 0.1
+
+
 def test_io_bound_threads_wait_on_storage(scenario):
     try:
         run = scenario("io_bound", 0.02)

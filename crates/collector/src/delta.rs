@@ -10,12 +10,13 @@ use crate::sample::{
     CpuTimes, GpuSample, HostSample, IoCounters, JobSample, ProcessId, ProcessSample, Sample,
 };
 use crate::snapshot::{
-    ClockEventReason, GpuProcessSnapshot, GpuSnapshot, HostSnapshot, JobSnapshot, Snapshot,
-    ThreadStates, ThreadUsage,
+    ClockEventReason, GpuProcessSnapshot, GpuSnapshot, HostSnapshot, JobSnapshot, ProcessUsage,
+    Snapshot, ThreadStates, ThreadUsage,
 };
 
-/// How many of a job's busiest threads a snapshot keeps.
-pub const TOP_THREADS: usize = 3;
+/// How many of a job's busiest threads a snapshot keeps: enough to see
+/// GIL-bound work spread over a few threads next to the main thread.
+pub const TOP_THREADS: usize = 5;
 
 /// Difference of two cumulative counters; `None` when it went backwards.
 pub fn counter_delta(prev: f64, cur: f64) -> Option<f64> {
@@ -181,6 +182,10 @@ fn derive_job(
         ),
         _ => (None, None, Vec::new()),
     };
+    let top_processes = match (before, interval) {
+        (Some((prev, _)), Some(dt)) => top_processes(prev, job, &top_threads, dt),
+        _ => Vec::new(),
+    };
 
     JobSnapshot {
         pid: job.leader.id.pid,
@@ -196,6 +201,7 @@ fn derive_job(
         cpu_seconds_total: totals.cpu_seconds,
         cpu_cores,
         top_threads,
+        top_processes,
         rss_bytes: job_processes(job).map(|p| p.rss_bytes).sum(),
         read_bytes_total: totals.io.map(|io| io.read_bytes),
         write_bytes_total: totals.io.map(|io| io.write_bytes),
@@ -244,6 +250,30 @@ fn top_threads(prev: &JobSample, job: &JobSample, dt: f64) -> Vec<ThreadUsage> {
         .collect();
     usage.sort_by(|a, b| b.cpu_ratio.total_cmp(&a.cpu_ratio).then(a.tid.cmp(&b.tid)));
     usage.truncate(TOP_THREADS);
+    usage
+}
+
+/// CPU over the interval of the processes that own the top threads, busiest
+/// first; a process new since the last sample is left out (its CPU time is
+/// not all from this interval).
+fn top_processes(
+    prev: &JobSample,
+    job: &JobSample,
+    top: &[ThreadUsage],
+    dt: f64,
+) -> Vec<ProcessUsage> {
+    let old: HashMap<ProcessId, f64> = job_processes(prev).map(|p| (p.id, p.cpu_seconds)).collect();
+    let mut usage: Vec<ProcessUsage> = job_processes(job)
+        .filter(|p| top.iter().any(|t| t.pid == p.id.pid))
+        .filter_map(|p| {
+            let used = counter_delta(*old.get(&p.id)?, p.cpu_seconds)?;
+            Some(ProcessUsage {
+                pid: p.id.pid,
+                cpu_cores: (used / dt).max(0.0),
+            })
+        })
+        .collect();
+    usage.sort_by(|a, b| b.cpu_cores.total_cmp(&a.cpu_cores).then(a.pid.cmp(&b.pid)));
     usage
 }
 

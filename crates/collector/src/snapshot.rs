@@ -136,8 +136,14 @@ pub struct JobSnapshot {
     pub cpu_seconds_total: f64,
     /// CPU used over the last interval, in cores.
     pub cpu_cores: Option<f64>,
-    /// The busiest threads over the last interval, busiest first (at most 3).
+    /// The busiest threads over the last interval, busiest first (at most
+    /// `delta::TOP_THREADS`).
     pub top_threads: Vec<ThreadUsage>,
+    /// CPU over the last interval of each process that owns one of
+    /// `top_threads`, busiest first: whether busy threads share one process
+    /// (and so one GIL) and how much that process used as a whole.
+    #[serde(default)]
+    pub top_processes: Vec<ProcessUsage>,
     pub rss_bytes: u64,
     /// Storage and character I/O of every process that has been part of the
     /// job while watched (`/proc/<pid>/io`); `None` while no process's `io`
@@ -215,6 +221,14 @@ pub struct ThreadUsage {
     pub state: char,
     /// Share of one core used over the last interval.
     pub cpu_ratio: f64,
+}
+
+/// CPU of one process of a job over the last interval.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ProcessUsage {
+    pub pid: u32,
+    /// All the process's threads together, in cores.
+    pub cpu_cores: f64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

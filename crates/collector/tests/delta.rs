@@ -117,6 +117,46 @@ fn busiest_thread_is_found_by_its_own_delta() {
 }
 
 #[test]
+fn the_processes_of_the_top_threads_carry_their_own_cpu() {
+    // The leader's three pool threads share about one core; a worker process
+    // has one busy thread; a new process is left out (no delta yet).
+    let leader = |cpu: f64, t: f64| {
+        process(
+            10,
+            5,
+            cpu,
+            vec![
+                thread(10, "python", 'S', 1.0),
+                thread(11, "python", 'R', 1.0 + t * 0.35),
+                thread(12, "python", 'R', 1.0 + t * 0.33),
+                thread(13, "python", 'S', 1.0 + t * 0.30),
+            ],
+        )
+    };
+    let worker = |cpu: f64| process(20, 7, cpu, vec![thread(20, "worker", 'R', cpu)]);
+    let a = sample(0.0, vec![job(leader(4.0, 0.0), vec![worker(1.0)])]);
+    let b = sample(
+        2.0,
+        vec![job(
+            leader(6.0, 2.0),
+            vec![
+                worker(1.8),
+                process(30, 9, 50.0, vec![thread(30, "new", 'R', 50.0)]),
+            ],
+        )],
+    );
+    let snaps = chain(&[a, b]);
+    let j = &snaps[1].jobs[0];
+    assert_eq!(j.top_threads.len(), 5);
+    assert_eq!(j.top_processes.len(), 2, "{:?}", j.top_processes);
+    assert_eq!(j.top_processes[0].pid, 10);
+    assert!((j.top_processes[0].cpu_cores - 1.0).abs() < 1e-9);
+    assert_eq!(j.top_processes[1].pid, 20);
+    assert!((j.top_processes[1].cpu_cores - 0.4).abs() < 1e-9);
+    assert!(snaps[0].jobs[0].top_processes.is_empty());
+}
+
+#[test]
 fn job_cpu_total_never_goes_backwards_when_a_worker_exits() {
     let leader = |cpu| process(10, 5, cpu, vec![thread(10, "python", 'S', cpu)]);
     let worker = |cpu| process(11, 7, cpu, vec![thread(11, "worker", 'R', cpu)]);

@@ -84,7 +84,8 @@ config_struct!(
 );
 
 config_struct!(
-    /// GPU idle a good part of the time: utilization swinging, mean low.
+    /// GPU busy well under half the time while the job works: utilization
+    /// steady or swinging, mean low.
     InputBound {
         enabled: bool = true,
         #[serde(with = "humantime_serde")]
@@ -93,17 +94,26 @@ config_struct!(
         enter_for: Duration = secs(30),
         #[serde(with = "humantime_serde")]
         exit_for: Duration = secs(60),
+        /// Enter when the utilization mean over the window is below this,
+        /// steady or swinging: idle samples are not needed (NVML averages
+        /// utilization over its own period, so a fast serial pipeline reads a
+        /// steady mid value, never 0).
         max_mean: f64 = 0.5,
-        min_idle_share: f64 = 0.2,
+        /// Optionally also require this share of idle samples (0: not required).
+        min_idle_share: f64 = 0.0,
         /// The job must be alive: CPU in cores, mean over the window.
         min_job_cpu: f64 = 0.05,
+        /// Leave when the mean over `exit_for` reaches this...
         exit_mean: f64 = 0.6,
-        exit_idle_share: f64 = 0.1,
+        /// ...or the idle share over `exit_for` falls below this (0: never;
+        /// meant to go with a `min_idle_share`).
+        exit_idle_share: f64 = 0.0,
     }
 );
 
 config_struct!(
-    /// One thread of the job pinned at a full core while the GPU waits.
+    /// One thread of the job pinned at a full core while the GPU waits, or
+    /// GIL-bound work of one process spread over several threads.
     SingleThreadBound {
         enabled: bool = true,
         #[serde(with = "humantime_serde")]
@@ -112,10 +122,21 @@ config_struct!(
         enter_for: Duration = secs(15),
         #[serde(with = "humantime_serde")]
         exit_for: Duration = secs(60),
-        /// A sample counts as pinned when the busiest thread used this share of a core.
+        /// A sample counts as pinned when the busiest thread used this share
+        /// of a core...
         min_thread_cpu: f64 = 0.9,
+        /// ...or when two or more busy threads of one process used this many
+        /// cores together (GIL-bound work hopping between threads: each
+        /// handover of the GIL costs a wake-up, so they fall a little short
+        /// of the full core one pinned thread shows)...
+        min_spread_cpu: f64 = 0.8,
+        /// ...while that whole process used less than this many cores: the
+        /// GIL lets its Python threads use about one core between them.
+        max_process_cpu: f64 = 1.3,
         /// Share of the window's samples that must be pinned.
         min_pinned_share: f64 = 0.8,
+        /// Leave when the busiest thread (or one process's busy threads
+        /// together) stays below this share of a core.
         exit_thread_cpu: f64 = 0.7,
     }
 );

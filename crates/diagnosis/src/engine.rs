@@ -192,7 +192,13 @@ impl Engine {
             let silent = self.progress.silent_seconds(j, t);
             matches!((usual, silent), (Some(u), Some(s)) if s <= 2.0 * u)
         });
-        let point = point(t, gpu, frame, &warmed);
+        let point = point(
+            t,
+            gpu,
+            frame,
+            &warmed,
+            config.single_thread_bound.max_process_cpu,
+        );
         if let (Some(util), Some(power)) = (point.utilization, point.power_watts)
             && util >= config.busy_above
             && progressing
@@ -447,7 +453,13 @@ fn same_gpu(state: &GpuState, gpu: &GpuFrame) -> bool {
     }
 }
 
-fn point(t: f64, gpu: &GpuFrame, frame: &Frame, warmed: &[&JobFrame]) -> Point {
+fn point(
+    t: f64,
+    gpu: &GpuFrame,
+    frame: &Frame,
+    warmed: &[&JobFrame],
+    max_process_cpu: f64,
+) -> Point {
     let sum =
         |f: fn(&JobFrame) -> Option<f64>| warmed.iter().filter_map(|j| f(j)).reduce(|a, b| a + b);
     Point {
@@ -459,6 +471,7 @@ fn point(t: f64, gpu: &GpuFrame, frame: &Frame, warmed: &[&JobFrame]) -> Point {
             .iter()
             .filter_map(|j| j.top_threads.first().map(|th| th.cpu))
             .reduce(f64::max),
+        spread_cpu: crate::detect::spread_cpu(warmed, max_process_cpu),
         disk_sleep: warmed.iter().any(|j| j.threads_disk_sleep > 0),
         threads_running: warmed.iter().map(|j| j.threads_running).sum(),
         threads_total: warmed.iter().map(|j| j.threads_total).sum(),

@@ -30,6 +30,10 @@ pub struct Evidence {
     /// `single_thread_bound.min_thread_cpu` of a core.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pinned_share: Option<f64>,
+    /// single_thread_bound without one pinned thread: GIL-bound work spread
+    /// over several threads of one process (absent for one pinned thread).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gil_spread: Option<GilSpread>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_cpu_ratio: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -87,6 +91,20 @@ pub struct ThreadEvidence {
     pub state: String,
     /// Share of one core.
     pub cpu_ratio: f64,
+}
+
+/// Busy threads of one process that together use about one core while the
+/// process as a whole uses not much more: they take turns holding the GIL.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GilSpread {
+    pub pid: u32,
+    /// The process's busy threads now, busiest first.
+    pub threads: Vec<ThreadEvidence>,
+    /// Their CPU together, in cores.
+    pub cpu_cores: f64,
+    /// The whole process's CPU, in cores.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process_cpu_cores: Option<f64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

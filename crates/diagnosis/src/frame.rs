@@ -67,6 +67,10 @@ pub struct JobFrame {
     /// Busiest threads over the last interval, busiest first.
     #[serde(default)]
     pub top_threads: Vec<ThreadFrame>,
+    /// CPU over the last interval of the processes owning the top threads,
+    /// busiest first (absent from frames recorded before it existed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub top_processes: Vec<ProcessCpuFrame>,
     /// Threads by state across the job.
     pub threads_total: u32,
     pub threads_running: u32,
@@ -103,6 +107,14 @@ pub struct ThreadFrame {
     pub state: char,
     /// Share of one core over the last interval.
     pub cpu: f64,
+}
+
+/// CPU of one process of a job over the last interval.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProcessCpuFrame {
+    pub pid: u32,
+    /// All its threads together, in cores.
+    pub cpu_cores: f64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -17,6 +17,25 @@ fn base_hint(kind: Kind, evidence: &Evidence) -> String {
             DataLoader workers), do per-sample map before batch, and cache() decoded data only if \
             it fits in memory (else cache(\"/path\"))."
             .to_owned(),
+        Kind::SingleThreadBound if let Some(g) = &evidence.gil_spread => {
+            let tids: Vec<String> = g.threads.iter().map(|t| t.tid.to_string()).collect();
+            let process = g
+                .process_cpu_cores
+                .map(|p| format!(", the whole process {p:.2}"))
+                .unwrap_or_default();
+            format!(
+                "The input pipeline is bound by the GIL: Python work spread over {} threads of \
+                 pid {} (tids {}) uses {:.2} cores together{process} while the GPU waits. The \
+                 threads take turns holding the GIL, so together they get about one core however \
+                 many there are (tf.data runs py_function on its pool threads). Vectorize the map \
+                 function with tf ops / numpy, or move the Python work (PIL, cv2, py_function) to \
+                 worker processes (DataLoader num_workers, multiprocessing), not more threads.",
+                g.threads.len(),
+                g.pid,
+                tids.join(", "),
+                g.cpu_cores
+            )
+        }
         Kind::SingleThreadBound => {
             let who = top
                 .map(|t| format!("thread `{}` (tid {}) is pinned at {:.0}% of a core", t.name, t.tid, t.cpu_ratio * 100.0))

@@ -258,7 +258,12 @@ fn main() {
     assert_eq!(snap1.gpus.len(), 8);
     assert_eq!(snap1.jobs.len(), 8);
     assert!(snap1.jobs.iter().all(|j| j.processes == 9));
-    assert!(snap1.jobs.iter().all(|j| j.top_threads.len() == 3));
+    assert!(
+        snap1
+            .jobs
+            .iter()
+            .all(|j| j.top_threads.len() == collector::delta::TOP_THREADS)
+    );
     assert!(snap1.gpus.iter().all(|g| g.processes.len() == 9));
     assert_eq!(diagnosis.len(), 8);
 

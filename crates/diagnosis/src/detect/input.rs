@@ -1,5 +1,5 @@
 //! The GPU waits for data: almost always (starved) or a good part of the
-//! time (input-bound).
+//! time (input-bound: a low mean, steady or swinging).
 
 use super::{Ctx, Finding};
 use crate::Kind;
@@ -52,7 +52,9 @@ pub fn bound(ctx: &Ctx) -> Finding {
     let c = &ctx.config.input_bound;
     let w = ctx.window(Kind::InputBound);
     let stats = w.utilization(ctx.config.idle_below, ctx.config.busy_above);
-    // Starved is the stronger finding: bound covers the rest.
+    // Starved is the stronger finding: bound covers the rest. A low mean
+    // counts whether utilization swings or holds a steady mid value (NVML
+    // averages over its period); idle samples only matter when configured.
     let starved = ctx.starved_active || ctx.starved_enter;
     let enter = ctx.job_throughout(&w)
         && !starved

@@ -9,6 +9,7 @@ mod progress;
 mod refine;
 mod throttle;
 
+pub use refine::spread_cpu;
 pub use throttle::THROTTLE_MASK;
 
 use crate::Kind;

@@ -1,53 +1,169 @@
-//! Why a GPU is starved or input-bound: one pinned thread, too little CPU,
-//! or storage waits. Each is reported together with its parent finding.
+//! Why a GPU is starved or input-bound: one pinned thread (or GIL-bound work
+//! spread over several threads of one process), too little CPU, or storage
+//! waits. Each is reported together with its parent finding.
 
 use super::{Ctx, Finding};
 use crate::Kind;
-use crate::evidence::{round, round_opt};
+use crate::evidence::{GilSpread, ThreadEvidence, round, round_opt};
+use crate::frame::{JobFrame, ThreadFrame};
 use crate::hysteresis::Condition;
+use crate::window::{Point, Window};
 
 /// Whether the host is short of CPU over the cpu_saturated window. Where the
 /// kernel has PSI, tasks waiting for a CPU decide: a host kept busy by one
 /// pinned thread plus work that has cores of its own is busy, not short.
-/// Without PSI, the host's busy share stands in.
+/// Without PSI, the host's busy share stands in; so it does beside PSI while
+/// the job's threads hand the GIL to each other.
 fn host_saturated(ctx: &Ctx) -> (bool, Option<f64>, Option<f64>) {
     let c = &ctx.config.cpu_saturated;
     let w = ctx.window(Kind::CpuSaturated);
     let host = w.mean(|p| p.host_cpu);
     let psi = w.mean(|p| p.psi_cpu);
+    let busy = host.is_some_and(|h| h >= c.min_host_cpu);
     let saturated = match psi {
-        Some(p) => p >= c.min_psi_cpu,
-        None => host.is_some_and(|h| h >= c.min_host_cpu),
+        Some(p) => p >= c.min_psi_cpu && (busy || !gil_handovers(ctx, &w)),
+        None => busy,
     };
     (saturated, host, psi)
+}
+
+/// Whether the job's GIL-bound threads hand the GIL to each other through
+/// most of the window. Each handover wakes a thread that then waits, briefly,
+/// for the CPU the last holder is leaving: PSI cpu rises (by 0.1-0.2 on a
+/// 2-core host) while CPUs sit idle, so PSI alone does not show a host short
+/// of CPU.
+fn gil_handovers(ctx: &Ctx, w: &Window) -> bool {
+    let s = &ctx.config.single_thread_bound;
+    w.share(|p| Some(p.spread_cpu.is_some_and(|v| v >= s.min_spread_cpu)))
+        .is_some_and(|share| share >= s.min_pinned_share)
+}
+
+/// A thread using at least this share of a core counts as one of a
+/// process's busy threads when GIL-bound work spreads over several.
+const BUSY_THREAD_CPU: f64 = 0.05;
+
+/// The busy threads of one process and their CPU together.
+struct Spread<'a> {
+    pid: u32,
+    threads: Vec<&'a ThreadFrame>,
+    cpu: f64,
+    /// The whole process's CPU, in cores, where known.
+    process_cpu: Option<f64>,
+}
+
+impl Spread<'_> {
+    /// Two or more busy threads in a process that stays under the GIL cap:
+    /// their CPU together is what one Python thread pinned would show.
+    fn gil_bound(&self, max_process_cpu: f64) -> bool {
+        self.threads.len() >= 2 && self.process_cpu.is_some_and(|p| p < max_process_cpu)
+    }
+}
+
+/// Per process of the jobs, its busy top threads, busiest process first.
+fn spreads<'a>(jobs: &[&'a JobFrame]) -> Vec<Spread<'a>> {
+    let mut out: Vec<Spread<'a>> = Vec::new();
+    for job in jobs {
+        for t in job.top_threads.iter().filter(|t| t.cpu >= BUSY_THREAD_CPU) {
+            match out.iter_mut().find(|s| s.pid == t.pid) {
+                Some(s) => {
+                    s.threads.push(t);
+                    s.cpu += t.cpu;
+                }
+                None => out.push(Spread {
+                    pid: t.pid,
+                    threads: vec![t],
+                    cpu: t.cpu,
+                    process_cpu: process_cpu(job, t.pid),
+                }),
+            }
+        }
+    }
+    out.sort_by(|a, b| b.cpu.total_cmp(&a.cpu));
+    out
+}
+
+/// A process's CPU from the frame; frames recorded before it carried
+/// per-process CPU still tell it for a job of one process.
+fn process_cpu(job: &JobFrame, pid: u32) -> Option<f64> {
+    match job.top_processes.iter().find(|p| p.pid == pid) {
+        Some(p) => Some(p.cpu_cores),
+        None if job.top_processes.is_empty() && job.processes == 1 && job.pid == pid => {
+            job.cpu_cores
+        }
+        None => None,
+    }
+}
+
+/// CPU of the busy threads of the one process whose GIL-bound work is spread
+/// over several threads (the most such CPU), for one sample.
+pub fn spread_cpu(jobs: &[&JobFrame], max_process_cpu: f64) -> Option<f64> {
+    spreads(jobs)
+        .into_iter()
+        .find(|s| s.gil_bound(max_process_cpu))
+        .map(|s| s.cpu)
 }
 
 pub fn single_thread(ctx: &Ctx) -> Finding {
     let c = &ctx.config.single_thread_bound;
     let w = ctx.window(Kind::SingleThreadBound);
-    let pinned = w.share(|p| Some(p.top_thread_cpu? >= c.min_thread_cpu));
+    let one = |p: &Point| p.top_thread_cpu.is_some_and(|v| v >= c.min_thread_cpu);
+    let spread = |p: &Point| p.spread_cpu.is_some_and(|v| v >= c.min_spread_cpu);
+    let pinned = w.share(|p| Some(one(p) || spread(p)));
+    let one_share = w.share(|p| Some(one(p))).unwrap_or(0.0);
+    let spread_share = w.share(|p| Some(spread(p) && !one(p))).unwrap_or(0.0);
     let (saturated, host, psi) = host_saturated(ctx);
     let enter = ctx.refinement_parent()
         && w.covered()
         && pinned.is_some_and(|s| s >= c.min_pinned_share)
         && !saturated;
-    let latest = ctx
-        .history
-        .latest()
-        .and_then(|p| p.top_thread_cpu)
+    let latest = ctx.history.latest();
+    let load = latest
+        .map(|p| {
+            let one = p.top_thread_cpu.unwrap_or(0.0);
+            one.max(p.spread_cpu.unwrap_or(0.0))
+        })
         .unwrap_or(0.0);
     let mut evidence = ctx.utilization_evidence(&w);
     evidence.pinned_share = round_opt(pinned);
     evidence.host_cpu_ratio = round_opt(host);
     evidence.psi_cpu_some = round_opt(psi);
     evidence.host_cpus = ctx.host.cpus;
+    if spread_share > one_share {
+        evidence.gil_spread = gil_spread(ctx, c.max_process_cpu);
+    }
     Finding {
         condition: Condition {
             enter,
-            exit: latest < c.exit_thread_cpu,
+            exit: load < c.exit_thread_cpu,
         },
         evidence,
     }
+}
+
+/// The spread to show now: the GIL-bound process with the most busy-thread
+/// CPU, else the process with the most.
+fn gil_spread(ctx: &Ctx, max_process_cpu: f64) -> Option<GilSpread> {
+    let all = spreads(&ctx.jobs);
+    let best = match all.iter().position(|s| s.gil_bound(max_process_cpu)) {
+        Some(i) => &all[i],
+        None => all.first()?,
+    };
+    Some(GilSpread {
+        pid: best.pid,
+        threads: best
+            .threads
+            .iter()
+            .map(|t| ThreadEvidence {
+                pid: t.pid,
+                tid: t.tid,
+                name: t.name.clone(),
+                state: t.state.to_string(),
+                cpu_ratio: round(t.cpu),
+            })
+            .collect(),
+        cpu_cores: round(best.cpu),
+        process_cpu_cores: round_opt(best.process_cpu),
+    })
 }
 
 pub fn cpu_saturated(ctx: &Ctx) -> Finding {
@@ -58,7 +174,9 @@ pub fn cpu_saturated(ctx: &Ctx) -> Finding {
     let latest = ctx.history.latest();
     let host_now = latest.and_then(|p| p.host_cpu).unwrap_or(0.0);
     let calm = match latest.and_then(|p| p.psi_cpu) {
-        Some(psi_now) => psi_now < c.exit_psi_cpu,
+        Some(psi_now) => {
+            psi_now < c.exit_psi_cpu || (host_now < c.exit_host_cpu && gil_handovers(ctx, &w))
+        }
         None => host_now < c.exit_host_cpu,
     };
     let mut evidence = ctx.utilization_evidence(&w);

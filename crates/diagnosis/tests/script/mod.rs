@@ -51,6 +51,7 @@ pub fn job(pid: u32, cpu: f64, top_thread: f64) -> JobFrame {
             state: 'R',
             cpu: top_thread,
         }],
+        top_processes: vec![],
         threads_total: 20,
         threads_running: 2,
         threads_disk_sleep: 0,

@@ -51,6 +51,24 @@ pub fn describe(e: &Evidence) -> Vec<String> {
             pct(t.cpu_ratio)
         ));
     }
+    if let Some(g) = &e.gil_spread {
+        let process = g
+            .process_cpu_cores
+            .map(|p| format!("; the whole process {p:.2}"))
+            .unwrap_or_default();
+        let threads: Vec<String> = g
+            .threads
+            .iter()
+            .map(|t| format!("`{}` (tid {}) {}", t.name, t.tid, pct(t.cpu_ratio)))
+            .collect();
+        out.push(format!(
+            "GIL-bound Python work spread over {} threads of pid {} ({:.2} cores together{process}): {}",
+            g.threads.len(),
+            g.pid,
+            g.cpu_cores,
+            threads.join(", ")
+        ));
+    }
     if let Some(host) = e.host_cpu_ratio {
         let cpus = e
             .host_cpus
@@ -213,4 +231,40 @@ pub fn found_something(status: &StatusResponse) -> bool {
         .gpus
         .iter()
         .any(|g| g.verdict == Verdict::Stalled || !g.active.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use diagnosis::evidence::{Evidence, GilSpread, ThreadEvidence};
+
+    use super::describe;
+
+    #[test]
+    fn gil_bound_work_spread_over_threads_is_said_in_plain_words() {
+        let thread = |tid, cpu_ratio| ThreadEvidence {
+            pid: 123,
+            tid,
+            name: "python3".into(),
+            state: "R".into(),
+            cpu_ratio,
+        };
+        let e = Evidence {
+            gil_spread: Some(GilSpread {
+                pid: 123,
+                threads: vec![thread(124, 0.35), thread(125, 0.33), thread(126, 0.29)],
+                cpu_cores: 0.97,
+                process_cpu_cores: Some(1.01),
+            }),
+            ..Evidence::default()
+        };
+        let lines = describe(&e);
+        assert_eq!(
+            lines,
+            vec![
+                "GIL-bound Python work spread over 3 threads of pid 123 (0.97 cores together; \
+                 the whole process 1.01): `python3` (tid 124) 35%, `python3` (tid 125) 33%, \
+                 `python3` (tid 126) 29%"
+            ]
+        );
+    }
 }

@@ -2,7 +2,7 @@
 
 use collector::snapshot::{ClockEventReason, GpuSnapshot, JobSnapshot, Snapshot};
 use diagnosis::frame::{
-    Attribution, Frame, GpuFrame, HostFrame, JobFrame, ProcessFrame, ThreadFrame,
+    Attribution, Frame, GpuFrame, HostFrame, JobFrame, ProcessCpuFrame, ProcessFrame, ThreadFrame,
 };
 
 pub fn from_snapshot(s: &Snapshot) -> Frame {
@@ -92,6 +92,14 @@ fn job(j: &JobSnapshot) -> JobFrame {
                 name: t.name.clone(),
                 state: t.state,
                 cpu: t.cpu_ratio,
+            })
+            .collect(),
+        top_processes: j
+            .top_processes
+            .iter()
+            .map(|p| ProcessCpuFrame {
+                pid: p.pid,
+                cpu_cores: p.cpu_cores,
             })
             .collect(),
         threads_total: j.threads.total(),
