@@ -115,9 +115,10 @@ SCENARIOS = {s.name: s for s in [
              "sample for the whole batch, pinned at one core; GPU ~2%",
              [JobSpec("train", HEALTHY + STALL + then(map_after_batch=1, python_work_ms=60, sleep_ms=0))],
              [Label("input_starved", ONSET), Label("single_thread_bound", ONSET)], 360),
-    Scenario("gil_spread", "3 map threads run 60 ms of pure Python per sample: they take turns "
-             "holding the GIL, each ~1/3 of a core and ~1 core together, none pinned; GPU ~2%",
-             [JobSpec("train", HEALTHY + STALL + then(workers=3, python_work_ms=60, sleep_ms=0))],
+    Scenario("gil_spread", "3 map threads run 100 ms of pure Python per sample: they take turns "
+             "holding the GIL, each ~1/3 of a core and ~1 core together, none pinned; a batch "
+             "per ~3.2 s, GPU ~1%",
+             [JobSpec("train", HEALTHY + STALL + then(workers=3, python_work_ms=100, sleep_ms=0))],
              [Label("input_starved", ONSET), Label("single_thread_bound", ONSET)], 360),
     Scenario("cpu_saturated", "3 worker processes doing 40 ms of CPU per sample, the job "
              "confined to CPU 0 (taskset): they queue for the core",

@@ -21,7 +21,7 @@ fn base_hint(kind: Kind, evidence: &Evidence) -> String {
             let tids: Vec<String> = g.threads.iter().map(|t| t.tid.to_string()).collect();
             let process = g
                 .process_cpu_cores
-                .map(|p| format!(", the whole process {p:.2}"))
+                .map(|p| format!(" (the whole process {p:.2})"))
                 .unwrap_or_default();
             format!(
                 "The input pipeline is bound by the GIL: Python work spread over {} threads of \
