@@ -21,9 +21,9 @@ def unit_for(tmp_path):
     verify can check it exists and is executable."""
     assert BINARY.exists(), f"{BINARY} missing: run `cargo build --workspace` first"
     text = UNIT.read_text()
-    assert "ExecStart=/usr/local/bin/stallwatch " in text
+    assert "\nExecStart=/usr/bin/stallwatch\n" in text
     copy = tmp_path / "stallwatch.service"
-    copy.write_text(text.replace("ExecStart=/usr/local/bin/stallwatch ", f"ExecStart={BINARY} "))
+    copy.write_text(text.replace("\nExecStart=/usr/bin/stallwatch\n", f"\nExecStart={BINARY}\n"))
     return copy
 
 
@@ -79,3 +79,10 @@ def test_unit_keeps_proc_whole_and_bounds_capabilities_to_the_ambient_ones():
     assert "PrivateDevices" not in settings, "it would hide /dev/nvidia*"
     assert settings["Type"] == ["notify"] and settings["WatchdogSec"]
     assert set(settings["CapabilityBoundingSet"][0].split()) == set(settings["AmbientCapabilities"][0].split())
+
+
+def test_unit_names_no_config_file_so_a_missing_one_means_defaults():
+    """`--config PATH` makes a missing file an error (exit 2, no restart): the
+    unit leaves it out so that the daemon reads /etc/stallwatch/config.toml
+    when it is there and runs on the defaults when it is not."""
+    assert unit_settings()["ExecStart"] == ["/usr/bin/stallwatch"]
