@@ -6,6 +6,7 @@ the CPUs. The tests make whatever is missing or out of date themselves."""
 
 import os
 import sys
+import traceback
 
 import packages
 from container_image import built_image
@@ -14,6 +15,12 @@ from debroot import SYSTEMD_ROOT, debian_root
 if __name__ == "__main__":
     if os.geteuid() != 0:
         sys.exit(0)  # the tests that need these are skipped without root
-    packages.built()
-    debian_root(SYSTEMD_ROOT)
-    print(built_image())
+    failed = False
+    # The image needs the packages; the root needs neither.
+    for step in (lambda: debian_root(SYSTEMD_ROOT), packages.built, built_image):
+        try:
+            print(step(), flush=True)
+        except Exception:
+            traceback.print_exc()
+            failed = True
+    sys.exit(1 if failed else 0)
