@@ -1,10 +1,13 @@
 """The shipped systemd unit parses cleanly and keeps its hardening."""
 
+import os
 import re
 import subprocess
 from pathlib import Path
 
-from daemon import BINARY
+import pytest
+
+from daemon import BINARY, TARGET
 from unit_file import UNIT, unit_settings
 
 # Overall exposure of the unit as `systemd-analyze security` scores it (0 best,
@@ -21,29 +24,44 @@ def unit_for(tmp_path):
     verify can check it exists and is executable."""
     assert BINARY.exists(), f"{BINARY} missing: run `cargo build --workspace` first"
     text = UNIT.read_text()
-    assert "ExecStart=/usr/local/bin/stallwatch " in text
+    assert "\nExecStart=/usr/bin/stallwatch\n" in text
     copy = tmp_path / "stallwatch.service"
-    copy.write_text(text.replace("ExecStart=/usr/local/bin/stallwatch ", f"ExecStart={BINARY} "))
+    copy.write_text(text.replace("\nExecStart=/usr/bin/stallwatch\n", f"\nExecStart={BINARY}\n"))
     return copy
 
 
-def analyze(*args):
-    return subprocess.run(["systemd-analyze", *args], capture_output=True, text=True, timeout=60)
+def analyze(*args, env=None):
+    return subprocess.run(["systemd-analyze", *args], capture_output=True, text=True, timeout=60, env=env)
 
 
-def test_unit_verifies_without_a_single_message(tmp_path):
-    result = analyze("verify", str(unit_for(tmp_path)))
+@pytest.fixture(scope="module")
+def man_path(tmp_path_factory):
+    """MANPATH with the man pages the packages ship, generated from the
+    command line: verify runs `man` for each `Documentation=man:` page."""
+    dist = tmp_path_factory.mktemp("dist")
+    subprocess.run([str(TARGET / "xtask"), "dist-assets", str(dist)], check=True, timeout=60)
+    return dict(os.environ, MANPATH=str(dist / "man"))
+
+
+def test_unit_verifies_without_a_single_message(tmp_path, man_path):
+    result = analyze("verify", str(unit_for(tmp_path)), env=man_path)
     # verify exits 0 on unknown keys and bad values: any output is a finding.
     assert result.returncode == 0, result.stderr
     assert result.stdout + result.stderr == ""
 
 
-def test_verify_reports_a_misspelt_key(tmp_path):
+def test_verify_reports_a_misspelt_key(tmp_path, man_path):
     """The check above can fail: a typo in a hardening key is reported."""
     unit = unit_for(tmp_path)
     unit.write_text(unit.read_text().replace("ProtectHome=yes", "ProtectHome=yes\nProtectHomes=yes"))
-    result = analyze("verify", str(unit))
+    result = analyze("verify", str(unit), env=man_path)
     assert "Unknown key 'ProtectHomes'" in result.stdout + result.stderr
+
+
+def test_verify_reports_a_missing_man_page(tmp_path):
+    """The unit's Documentation= names man pages; without them verify says so."""
+    result = analyze("verify", str(unit_for(tmp_path)), env=dict(os.environ, MANPATH=str(tmp_path)))
+    assert "man stallwatch(1)" in result.stdout + result.stderr
 
 
 def exposure(unit):
@@ -79,3 +97,10 @@ def test_unit_keeps_proc_whole_and_bounds_capabilities_to_the_ambient_ones():
     assert "PrivateDevices" not in settings, "it would hide /dev/nvidia*"
     assert settings["Type"] == ["notify"] and settings["WatchdogSec"]
     assert set(settings["CapabilityBoundingSet"][0].split()) == set(settings["AmbientCapabilities"][0].split())
+
+
+def test_unit_names_no_config_file_so_a_missing_one_means_defaults():
+    """`--config PATH` makes a missing file an error (exit 2, no restart): the
+    unit leaves it out so that the daemon reads /etc/stallwatch/config.toml
+    when it is there and runs on the defaults when it is not."""
+    assert unit_settings()["ExecStart"] == ["/usr/bin/stallwatch"]

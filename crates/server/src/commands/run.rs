@@ -52,14 +52,14 @@ pub fn main(args: RunArgs) -> ExitCode {
     let config = match load_config(&args) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("stallwatch: {e}");
+            logging::early_error(&e);
             return ExitCode::from(EXIT_CONFIG);
         }
     };
     let web = match load_web_config(&config) {
         Ok(w) => w,
         Err(e) => {
-            eprintln!("stallwatch: {e}");
+            logging::early_error(&e);
             return ExitCode::from(EXIT_CONFIG);
         }
     };
