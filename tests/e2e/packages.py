@@ -5,7 +5,6 @@ that scripts/test can make them early, in the background."""
 
 import functools
 import subprocess
-from pathlib import Path
 
 from daemon import ROOT, TARGET
 

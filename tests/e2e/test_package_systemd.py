@@ -79,6 +79,17 @@ def wait_until(what, predicate, timeout=30.0):
         time.sleep(0.3)
 
 
+def healthz(box):
+    """/healthz once the first sample is in (READY=1 comes when the daemon
+    listens, which may be just before its first sample)."""
+    deadline = time.monotonic() + 10
+    while True:
+        status, body = box.http("/healthz")
+        if status == 200 or time.monotonic() > deadline:
+            return status, body
+        time.sleep(0.2)
+
+
 def drop_in(box, name, text):
     d = box.path(DROP_INS)
     d.mkdir(parents=True, exist_ok=True)
@@ -109,7 +120,7 @@ def test_install_enables_and_starts_the_service(box):
     # /lib is /usr/lib on Debian 12; systemd names the first in its search path.
     assert p["FragmentPath"] in ("/usr/lib/systemd/system/stallwatch.service", "/lib/systemd/system/stallwatch.service")
     assert box.path(p["FragmentPath"]).read_text() == (ROOT / "deploy/systemd/stallwatch.service").read_text()
-    status, body = box.http("/healthz")
+    status, body = healthz(box)
     assert status == 200, body
     assert json.loads(body)["status"] == "ok"
     conffiles = box.run("dpkg-query", "--show", "--showformat=${Conffiles}", "stallwatch").stdout
@@ -199,7 +210,7 @@ def test_the_watchdog_restarts_a_stopped_daemon(box):
     finally:
         remove_drop_in(box, "watchdog")
         box.run("systemctl", "restart", "stallwatch")
-    assert box.http("/healthz")[0] == 200
+    assert healthz(box)[0] == 200
 
 
 def test_a_missing_config_file_means_defaults(box):
@@ -209,7 +220,7 @@ def test_a_missing_config_file_means_defaults(box):
     try:
         box.run("systemctl", "restart", "stallwatch")
         assert props(box, "ActiveState")["ActiveState"] == "active"
-        assert box.http("/healthz")[0] == 200
+        assert healthz(box)[0] == 200
     finally:
         config.write_bytes(original)
         config.chmod(0o644)
@@ -235,7 +246,7 @@ def test_a_broken_config_exits_2_and_is_not_restarted(box):
         config.write_bytes(original)
         config.chmod(0o644)
     box.run("systemctl", "restart", "stallwatch")
-    assert box.http("/healthz")[0] == 200
+    assert healthz(box)[0] == 200
 
 
 def test_devices_outside_the_allow_list_are_refused(box):
