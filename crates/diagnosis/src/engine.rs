@@ -329,20 +329,6 @@ impl Engine {
         state.jobs = jobs.iter().map(|j| job_status(j, gpu, t, warmup)).collect();
     }
 
-    /// Whether the GPU (by uuid, or index where it has none) has an active
-    /// episode that wants stacks and has none yet.
-    pub fn wants_stacks(&self, gpu: u32, uuid: &str) -> bool {
-        self.gpus.iter().any(|s| {
-            s.index == gpu
-                && (uuid.is_empty() || s.uuid == uuid)
-                && s.stacks.is_none()
-                && Kind::ALL
-                    .iter()
-                    .enumerate()
-                    .any(|(i, k)| k.wants_stacks() && s.episodes[i].is_active())
-        })
-    }
-
     /// Attaches a stack report to the GPU's active episodes that want stacks
     /// and to their start events still in the ring. Returns those events, as
     /// now amended; none when no such episode is active any more.
