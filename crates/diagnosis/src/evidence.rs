@@ -107,6 +107,18 @@ pub struct GilSpread {
     pub process_cpu_cores: Option<f64>,
 }
 
+impl From<&crate::frame::ThreadFrame> for ThreadEvidence {
+    fn from(t: &crate::frame::ThreadFrame) -> Self {
+        ThreadEvidence {
+            pid: t.pid,
+            tid: t.tid,
+            name: t.name.clone(),
+            state: t.state.to_string(),
+            cpu_ratio: round(t.cpu),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ProcessEvidence {
     pub pid: u32,

@@ -55,13 +55,7 @@ pub fn job_status(job: &JobFrame, gpu: &GpuFrame, t: f64, warmup: f64) -> JobSta
         start_time: job.start_time,
         warming_up: t - job.start_time < warmup,
         cpu_cores: job.cpu_cores.map(round),
-        top_thread: job.top_threads.first().map(|th| ThreadEvidence {
-            pid: th.pid,
-            tid: th.tid,
-            name: th.name.clone(),
-            state: th.state.to_string(),
-            cpu_ratio: round(th.cpu),
-        }),
+        top_thread: job.top_threads.first().map(ThreadEvidence::from),
         last_output: job.last_output,
         gpu_memory_bytes: gpu
             .processes

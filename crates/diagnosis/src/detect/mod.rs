@@ -82,13 +82,7 @@ impl Ctx<'_> {
             .jobs
             .iter()
             .flat_map(|j| j.top_threads.iter())
-            .map(|t| ThreadEvidence {
-                pid: t.pid,
-                tid: t.tid,
-                name: t.name.clone(),
-                state: t.state.to_string(),
-                cpu_ratio: round(t.cpu),
-            })
+            .map(ThreadEvidence::from)
             .collect();
         threads.sort_by(|a, b| b.cpu_ratio.total_cmp(&a.cpu_ratio));
         threads.truncate(3);

@@ -153,13 +153,7 @@ fn gil_spread(ctx: &Ctx, max_process_cpu: f64) -> Option<GilSpread> {
         threads: best
             .threads
             .iter()
-            .map(|t| ThreadEvidence {
-                pid: t.pid,
-                tid: t.tid,
-                name: t.name.clone(),
-                state: t.state.to_string(),
-                cpu_ratio: round(t.cpu),
-            })
+            .map(|t| ThreadEvidence::from(*t))
             .collect(),
         cpu_cores: round(best.cpu),
         process_cpu_cores: round_opt(best.process_cpu),
