@@ -234,7 +234,8 @@ impl Serialize for GpuWindow<'_> {
         let mut out = s.serialize_struct("GpuHistory", 6)?;
         out.serialize_field("gpu", &self.ring.index)?;
         out.serialize_field("uuid", &self.ring.uuid)?;
-        out.serialize_field("t", &self.column(|p| (p.t * 1000.0).round() / 1000.0))?;
+        // Down to the millisecond: a point is never later than the history's `time`.
+        out.serialize_field("t", &self.column(|p| (p.t * 1000.0).floor() / 1000.0))?;
         out.serialize_field("utilization", &self.column(|p| ratio(p.utilization)))?;
         out.serialize_field("thread_cpu", &self.column(|p| ratio(p.thread_cpu)))?;
         out.serialize_field("thread", &self.column(|p| p.thread.as_str()))?;
