@@ -17,6 +17,7 @@ mod codes;
 mod compat;
 mod device;
 mod extras;
+mod gpm;
 mod pci;
 mod power;
 mod process;

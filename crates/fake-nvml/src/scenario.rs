@@ -65,6 +65,8 @@ pub struct Gpu {
     pub cuda_compute_capability: [i32; 2],
     pub unsupported: Vec<Feature>,
     pub processes: Vec<Process>,
+    /// GPM readings; absent: the device does not support GPM.
+    pub gpm: Option<Gpm>,
 }
 
 impl Default for Gpu {
@@ -97,6 +99,7 @@ impl Default for Gpu {
             cuda_compute_capability: [9, 0],
             unsupported: Vec::new(),
             processes: Vec::new(),
+            gpm: None,
         }
     }
 }
@@ -133,6 +136,23 @@ pub enum Feature {
     CudaComputeCapability,
     Bar1Memory,
     MemoryBusWidth,
+}
+
+/// What `nvmlGpmMetricsGet` reports between two samples of the device, in
+/// NVML's units: utilizations in percent, rates in MiB/s. A sample holds the
+/// values in the scenario when it was taken; the metrics are the later one's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Gpm {
+    pub graphics_util: f64,
+    pub sm_util: f64,
+    pub sm_occupancy: f64,
+    pub any_tensor_util: f64,
+    pub dram_bw_util: f64,
+    pub pcie_tx_mibps: f64,
+    pub pcie_rx_mibps: f64,
+    pub nvlink_tx_mibps: f64,
+    pub nvlink_rx_mibps: f64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
