@@ -58,6 +58,30 @@ pub struct GpuSample {
     pub pcie_transmit_bytes_per_second: Option<f64>,
     pub pcie_receive_bytes_per_second: Option<f64>,
     pub processes: Vec<GpuProcessSample>,
+    /// Whether the GPU has GPM (`None` until asked, or when NVML is too old).
+    #[serde(default)]
+    pub gpm_supported: Option<bool>,
+    /// GPM metrics since the previous sample; `None` without GPM, on the
+    /// first sample, or when the reading failed.
+    #[serde(default)]
+    pub gpm: Option<GpmReading>,
+}
+
+/// What the SMs did between two GPM samples (Hopper and later). Ratios 0-1,
+/// rates in bytes per second; a metric the device does not report is `None`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpmReading {
+    /// Share of time each SM had at least one warp assigned, averaged over
+    /// the SMs (NVML `SM_UTIL`, DCGM `PROF_SM_ACTIVE`).
+    pub sm_active_ratio: Option<f64>,
+    /// Resident warps over the maximum, averaged over the SMs.
+    pub sm_occupancy_ratio: Option<f64>,
+    /// Share of time any tensor pipe was active.
+    pub tensor_active_ratio: Option<f64>,
+    /// Share of DRAM bandwidth used.
+    pub dram_active_ratio: Option<f64>,
+    pub nvlink_transmit_bytes_per_second: Option<f64>,
+    pub nvlink_receive_bytes_per_second: Option<f64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

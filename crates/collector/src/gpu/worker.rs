@@ -100,6 +100,9 @@ impl Worker {
             Err(err) => {
                 tracing::warn!(error = %err, "NVML device count failed; will initialise again");
                 errors.add(ErrorSource::Nvml);
+                for memo in &mut self.memos {
+                    memo.gpm.release(nvml);
+                }
                 self.nvml = None;
                 self.next_attempt = Instant::now() + self.backoff;
                 return GpuReadout::default();

@@ -11,7 +11,7 @@ fn labels(g: &GpuSnapshot) -> Labels {
 }
 
 /// A gauge with one series per GPU that has the value.
-fn per_gpu(
+pub(super) fn per_gpu(
     e: &mut DescriptorEncoder,
     gpus: &[&GpuSnapshot],
     name: &str,
@@ -87,6 +87,7 @@ pub fn encode(
         s.gpus.iter().filter(|g| g.up).collect()
     };
     measurements(e, &live)?;
+    super::gpm::encode(e, &live)?;
     clock_events(e, &live)?;
     processes(e, &live, max_processes)
 }
