@@ -132,7 +132,7 @@ SCENARIOS = {s.name: s for s in [
              [Label("input_starved", ONSET), Label("io_bound", ONSET)], 360),
     Scenario("busy_hung", "healthy, then a kernel that never ends: 100% util at low power, no output",
              [JobSpec("train", HEALTHY + ["--spin-after-s", str(ONSET)])],
-             [Label("busy_no_progress", ONSET)], 900),
+             [Label("spinning", ONSET), Label("busy_no_progress", ONSET)], 900),
     Scenario("idle_hung", "healthy, then the main loop deadlocks: GPU idle, CPU ~0, no output",
              [JobSpec("train", HEALTHY + ["--deadlock-after-s", str(ONSET)])],
              [Label("idle_no_progress", ONSET)], 900),

@@ -2,6 +2,7 @@
 //! current frame and says whether its enter and exit conditions hold, with
 //! the evidence it used. Timing (enter/exit times) is the engine's job.
 
+mod activity;
 mod input;
 mod memory;
 mod processes;
@@ -63,6 +64,7 @@ impl Ctx<'_> {
         let stats = w.utilization(self.config.idle_below, self.config.busy_above);
         Evidence {
             window_seconds: Some(round(w.seconds())),
+            activity_signal: self.history.latest().and_then(|p| p.activity),
             utilization_mean: stats.map(|s| round(s.mean)),
             utilization_stddev: stats.map(|s| round(s.stddev)),
             idle_share: stats.map(|s| round(s.idle_share)),
@@ -115,5 +117,7 @@ pub fn detect(kind: Kind, ctx: &Ctx) -> Finding {
         Kind::SharedGpu => processes::shared(ctx),
         Kind::LeftoverProcess => processes::leftover(ctx),
         Kind::Throttled => throttle::throttled(ctx),
+        Kind::Spinning => activity::spinning(ctx),
+        Kind::LaunchBound => activity::launch_bound(ctx),
     }
 }

@@ -9,6 +9,9 @@ use prometheus_client::encoding::DescriptorEncoder;
 use super::gpu::per_gpu;
 use super::ratio;
 
+/// A ratio series: its name (before the unit), help, and value.
+type RatioSeries = (&'static str, &'static str, fn(&GpmReading) -> Option<f64>);
+
 pub fn encode(e: &mut DescriptorEncoder, live: &[&GpuSnapshot]) -> Result<(), std::fmt::Error> {
     per_gpu(
         e,
@@ -19,7 +22,7 @@ pub fn encode(e: &mut DescriptorEncoder, live: &[&GpuSnapshot]) -> Result<(), st
         |g| g.gpm_supported.map(|s| f64::from(u8::from(s))),
     )?;
     let r = ratio();
-    let series: [(&str, &str, fn(&GpmReading) -> Option<f64>); 4] = [
+    let series: [RatioSeries; 4] = [
         (
             "stallwatch_gpu_sm_active",
             "Share of time the SMs had at least one warp assigned, averaged over SMs, over the last interval (GPM; DCGM_FI_PROF_SM_ACTIVE).",
