@@ -133,6 +133,14 @@ SCENARIOS = {s.name: s for s in [
     Scenario("busy_hung", "healthy, then a kernel that never ends: 100% util at low power, no output",
              [JobSpec("train", HEALTHY + ["--spin-after-s", str(ONSET)])],
              [Label("spinning", ONSET), Label("busy_no_progress", ONSET)], 900),
+    Scenario("spinning", "a Hopper GPU with GPM: healthy, then a collective that waits forever: "
+             "100% util, a few SMs polling (3%), no tensor or memory traffic, low power, no output",
+             [JobSpec("train", HEALTHY + ["--spin-after-s", str(ONSET)])],
+             [Label("spinning", ONSET)], 450, gpus=[GpuSpec(gpm=True)]),
+    Scenario("launch_bound", "a Hopper GPU with GPM: kernels on a fifth of the SMs back to back: "
+             "utilization ~95% but SM activity ~17%, while the job logs steadily (a finding)",
+             [JobSpec("train", HEALTHY + ["--sm-share", "0.2"])],
+             [Label("launch_bound", 120)], 600, gpus=[GpuSpec(gpm=True)]),
     Scenario("idle_hung", "healthy, then the main loop deadlocks: GPU idle, CPU ~0, no output",
              [JobSpec("train", HEALTHY + ["--deadlock-after-s", str(ONSET)])],
              [Label("idle_no_progress", ONSET)], 900),

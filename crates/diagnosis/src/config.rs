@@ -339,8 +339,9 @@ config_struct!(
         enter_for: Duration = secs(60),
         #[serde(with = "humantime_serde")]
         exit_for: Duration = secs(60),
-        /// Share of samples with utilization.gpu at or above `busy_above`.
-        min_busy_share: f64 = 0.9,
+        /// utilization.gpu mean over the window at least this (busy by the
+        /// coarse reading).
+        min_utilization: f64 = 0.8,
         /// SM activity mean over the window under this.
         max_sm_active: f64 = 0.5,
         /// Leave when SM activity over `exit_for` reaches this.
@@ -435,7 +436,7 @@ kind_config!(
 kind_config!(
     LaunchBound,
     window,
-    [min_busy_share, max_sm_active, exit_sm_active]
+    [min_utilization, max_sm_active, exit_sm_active]
 );
 
 /// A leftover process counts after `idle_for` without SM activity, read on its

@@ -33,6 +33,15 @@ fn utilization_busy_share(ctx: &Ctx, w: &Window) -> Option<f64> {
     })
 }
 
+/// Mean of utilization.gpu, where it is reported.
+fn utilization_gpu_mean(w: &Window) -> Option<f64> {
+    w.mean(|p| {
+        (p.activity == Some(ActivitySignal::UtilizationGpu))
+            .then_some(p.utilization)
+            .flatten()
+    })
+}
+
 fn at_most(v: Option<f64>, max: f64) -> bool {
     v.is_none_or(|v| v <= max)
 }
@@ -126,7 +135,7 @@ pub fn launch_bound(ctx: &Ctx) -> Finding {
     // a busy GPU may be spinning (`spinning.window`).
     let quiet_limit = ctx.config.timing(Kind::Spinning).window;
     let progressing = ctx.silent_seconds.is_some_and(|s| s < quiet_limit);
-    let busy = utilization_busy_share(ctx, &w).is_some_and(|s| s >= c.min_busy_share);
+    let busy = utilization_gpu_mean(&w).is_some_and(|m| m >= c.min_utilization);
     let sm_mean = w.mean(|p| p.sm_active);
     let enter = ctx.job_throughout(&w)
         && gpm_throughout(&w)
@@ -136,14 +145,14 @@ pub fn launch_bound(ctx: &Ctx) -> Finding {
     let recent = ctx
         .history
         .window(ctx.config.timing(Kind::LaunchBound).exit_for.max(1.0));
-    let recent_busy = utilization_busy_share(ctx, &recent).unwrap_or(0.0);
+    let recent_mean = utilization_gpu_mean(&recent).unwrap_or(0.0);
     let has_job = ctx.history.latest().is_some_and(|p| p.has_job);
     let exit = !has_job
         || !progressing
         || recent
             .mean(|p| p.sm_active)
             .is_none_or(|m| m >= c.exit_sm_active)
-        || recent_busy < 0.5;
+        || recent_mean < c.min_utilization - 0.2;
     let mut evidence = ctx.utilization_evidence(&w);
     evidence.activity_signal = Some(ActivitySignal::GpmSmActive);
     gpm_evidence(&w, &mut evidence);
