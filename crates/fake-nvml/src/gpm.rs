@@ -155,9 +155,15 @@ fn take(call: &str, device: Handle, gpu_instance: Option<u32>, sample: *mut Samp
     })
 }
 
-/// GPM of one MIG GPU instance: the stand-in has no MIG mode, so there is none.
-fn mig_values(_gpu: &crate::scenario::Gpu, _gpu_instance: u32) -> Result<Gpm, Ret> {
-    Err(NOT_SUPPORTED)
+/// GPM of one MIG GPU instance: its `gpm`; `NOT_SUPPORTED` without MIG or
+/// without one, `INVALID_ARGUMENT` for an instance ID the GPU does not have.
+fn mig_values(gpu: &crate::scenario::Gpu, gpu_instance: u32) -> Result<Gpm, Ret> {
+    let instances = gpu.mig.as_ref().ok_or(NOT_SUPPORTED)?;
+    let instance = instances
+        .iter()
+        .find(|m| m.gpu_instance_id == gpu_instance)
+        .ok_or(INVALID_ARGUMENT)?;
+    instance.gpm.ok_or(NOT_SUPPORTED)
 }
 
 #[unsafe(no_mangle)]

@@ -18,6 +18,7 @@ mod compat;
 mod device;
 mod extras;
 mod gpm;
+mod mig;
 mod pci;
 mod power;
 mod process;
