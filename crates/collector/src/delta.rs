@@ -104,6 +104,7 @@ fn derive_gpu(gpu: &GpuSample, comms: &HashMap<u32, &str>) -> GpuSnapshot {
         processes,
         gpm_supported: gpu.gpm_supported,
         gpm: gpu.gpm,
+        mig: gpu.mig.clone(),
     }
 }
 

@@ -3,7 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::sample::{Attribution, ErrorCounts, GpmReading, GpuProcessKind, HostMemory, Pressure};
+use crate::sample::{
+    Attribution, ErrorCounts, GpmReading, GpuProcessKind, HostMemory, MigIdentity, Pressure,
+};
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Snapshot {
@@ -54,6 +56,9 @@ pub struct GpuSnapshot {
     /// GPM activity over the last interval.
     #[serde(default)]
     pub gpm: Option<GpmReading>,
+    /// Set for a MIG instance.
+    #[serde(default)]
+    pub mig: Option<MigIdentity>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

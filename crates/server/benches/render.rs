@@ -165,6 +165,7 @@ fn gpu(index: u32, tf: f64) -> GpuSample {
             nvlink_transmit_bytes_per_second: Some(1e10),
             nvlink_receive_bytes_per_second: Some(1e10),
         }),
+        mig: None,
     }
 }
 

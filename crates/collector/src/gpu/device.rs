@@ -141,6 +141,7 @@ pub fn read_device(
         processes: Vec::new(),
         gpm_supported: None,
         gpm: None,
+        mig: None,
     };
     sample.processes = read_processes(&device, &mut r, memo);
     let activity = gpm::read(nvml, &device, &mut memo.gpm, r.errors);
@@ -213,7 +214,11 @@ fn read_processes(device: &Device, r: &mut Reader, memo: &mut DeviceMemo) -> Vec
 }
 
 /// Adds a process record, merging a pid that appears in both lists.
-fn push_process(out: &mut Vec<GpuProcessSample>, kind: GpuProcessKind, info: &ProcessInfo) {
+pub(super) fn push_process(
+    out: &mut Vec<GpuProcessSample>,
+    kind: GpuProcessKind,
+    info: &ProcessInfo,
+) {
     let memory = match info.used_gpu_memory {
         UsedGpuMemory::Used(bytes) => Some(bytes),
         UsedGpuMemory::Unavailable => None,

@@ -78,6 +78,35 @@ pub struct Outcome {
 /// and missing symbols leave them out silently; other failures are counted
 /// as NVML errors and leave them out for this reading.
 pub fn read(nvml: &Nvml, device: &Device, memo: &mut GpmMemo, errors: &mut ErrorCounts) -> Outcome {
+    read_with(nvml, device, memo, errors, |d| d.gpm_sample())
+}
+
+/// GPM of one MIG GPU instance of `parent`, likewise.
+pub fn read_mig(
+    nvml: &Nvml,
+    parent: &Device,
+    gpu_instance: u32,
+    memo: &mut GpmMemo,
+    errors: &mut ErrorCounts,
+) -> Outcome {
+    if nvml.lib().nvmlGpmMigSampleGet.is_err() {
+        return Outcome {
+            reading: None,
+            lost: false,
+        };
+    }
+    read_with(nvml, parent, memo, errors, |d| {
+        d.gpm_mig_sample(gpu_instance)
+    })
+}
+
+fn read_with<'n>(
+    nvml: &'n Nvml,
+    device: &Device<'n>,
+    memo: &mut GpmMemo,
+    errors: &mut ErrorCounts,
+    take: impl FnOnce(&Device<'n>) -> Result<GpmSample<'n>, NvmlError>,
+) -> Outcome {
     let none = |lost| Outcome {
         reading: None,
         lost,
@@ -105,7 +134,7 @@ pub fn read(nvml: &Nvml, device: &Device, memo: &mut GpmMemo, errors: &mut Error
         return none(false);
     }
     let now = Instant::now();
-    let current = match device.gpm_sample() {
+    let current = match take(device) {
         Ok(s) => s,
         Err(e) => return failed(e, memo, errors),
     };

@@ -7,6 +7,7 @@
 
 mod device;
 mod gpm;
+mod mig;
 mod worker;
 
 use std::path::PathBuf;
