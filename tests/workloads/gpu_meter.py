@@ -32,6 +32,9 @@ class GpuSpec:
     low_power_share: float = 0.1
     # Hopper with GPM: the scenario GPU carries SM, tensor and DRAM activity.
     gpm: bool = False
+    # MIG on: the GPU is one MIG instance (GPU instance 1, compute instance 0) holding
+    # the processes, with the GPM activity; no utilization.gpu (as on a real MIG GPU).
+    mig: bool = False
 
 
 class GpuMeter:
@@ -106,7 +109,18 @@ class GpuMeter:
                 for s, u in sorted(procs, key=lambda p: p[0]["pid"])
             ],
         }
-        if spec.gpm:
+        if spec.mig:
+            nvml["gpm"] = {}
+            nvml["mig"] = [{
+                "gpu_instance_id": 1,
+                "memory_total_bytes": spec.memory_total_bytes,
+                "memory_used_bytes": nvml["memory_used_bytes"],
+                "processes": [{k: p[k] for k in ("pid", "type", "used_memory_bytes")}
+                              for p in nvml["processes"]],
+                "gpm": gpm_activity(procs),
+            }]
+            nvml["processes"] = []
+        elif spec.gpm:
             nvml["gpm"] = gpm_activity(procs)
         return {
             "nvml": nvml,
