@@ -119,9 +119,7 @@ pub fn spinning(ctx: &Ctx) -> Finding {
         gpm_evidence(&w, &mut evidence);
     }
     evidence.silent_seconds = round_opt(ctx.silent_seconds);
-    evidence.power_watts = round_opt(power);
-    evidence.power_baseline_watts = round_opt(ctx.power_baseline);
-    evidence.power_limit_watts = round_opt(limit);
+    ctx.power_evidence(power, &mut evidence);
     Finding {
         condition: Condition { enter, exit },
         evidence,

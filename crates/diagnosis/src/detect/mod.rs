@@ -78,6 +78,13 @@ impl Ctx<'_> {
         }
     }
 
+    /// Power evidence: the window's mean `power`, the busy baseline, the limit.
+    pub fn power_evidence(&self, power: Option<f64>, evidence: &mut Evidence) {
+        evidence.power_watts = round_opt(power);
+        evidence.power_baseline_watts = round_opt(self.power_baseline);
+        evidence.power_limit_watts = round_opt(self.gpu.power_limit_watts);
+    }
+
     /// The busiest threads across the GPU's jobs, busiest first (at most 3).
     pub fn top_threads(&self) -> Vec<ThreadEvidence> {
         let mut threads: Vec<ThreadEvidence> = self
