@@ -37,8 +37,10 @@ PRINTER = "import time\nwhile True:\n    print('step', flush=True)\n    time.sle
 
 
 def held_by(index, pid, util):
+    """A Hopper GPU (GPM activity below utilization.gpu, as real SMs read) held by `pid`."""
     return gpu(index, utilization_gpu=util,
-               processes=[{"pid": pid, "used_memory_bytes": 8 * 2**30, "sm_util": util}])
+               processes=[{"pid": pid, "used_memory_bytes": 8 * 2**30, "sm_util": util}],
+               gpm={"sm_util": util * 0.8, "any_tensor_util": util * 0.5})
 
 
 def start_prometheus(tmp, target):

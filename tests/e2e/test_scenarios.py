@@ -34,6 +34,7 @@ BOUND = {
     "io_bound": 180, "shared_gpu": 180,
     "busy_no_progress": 600 + 60, "idle_no_progress": 600 + 60,  # hang time + a minute
     "leftover_process": 600 + 60, "host_memory_pressure": 120,
+    "spinning": 180, "launch_bound": 300 + 60 + 30,  # window + enter time + slack
 }
 # The kernel's PSI avg10 is a real 10 s average, whatever the scale.
 PSI_LAG = {"cpu_saturated": 12, "io_bound": 12, "host_memory_pressure": 12}

@@ -5,7 +5,8 @@ Utilization of a process = its busy seconds over the last `window_s` (1 s, like
 NVML's sample period) divided by the window, clamped to 0-1; a GPU's is the sum
 of its processes', clamped. Power = idle + (busy - idle) x utilization, except
 that a kernel spinning in low-power mode (a hung collective) draws only a tenth
-of the busy increment. Memory used = a small base + what the processes hold.
+of the busy increment. On a GPU with `gpm`, SM, tensor and DRAM activity follow the
+kernels' SM share (a spinning kernel: a few SMs, nothing else). Memory used = a small base + what the processes hold.
 Processes that are gone from /proc (or whose pid was reused) hold nothing, as
 the driver frees a context when its process dies.
 """
@@ -29,6 +30,11 @@ class GpuSpec:
     busy_power_w: float = 520.0
     power_limit_w: float = 700.0
     low_power_share: float = 0.1
+    # Hopper with GPM: the scenario GPU carries SM, tensor and DRAM activity.
+    gpm: bool = False
+    # MIG on: the GPU is one MIG instance (GPU instance 1, compute instance 0) holding
+    # the processes, with the GPM activity; no utilization.gpu (as on a real MIG GPU).
+    mig: bool = False
 
 
 class GpuMeter:
@@ -90,7 +96,8 @@ class GpuMeter:
             "power_limit_mw": round(spec.power_limit_w * 1000),
             "sm_clock_mhz": 345 if idle else 1980,
             "clock_event_reasons": 1 if idle else 0,
-            "pcie_rx_kbps": round(util * 2_000_000),
+            # A spinning kernel moves no data.
+            "pcie_rx_kbps": round(min(1.0, sum(u for s, u in procs if not s["low_power"])) * 2_000_000),
             "processes": [
                 {
                     "pid": s["pid"],
@@ -102,6 +109,19 @@ class GpuMeter:
                 for s, u in sorted(procs, key=lambda p: p[0]["pid"])
             ],
         }
+        if spec.mig:
+            nvml["gpm"] = {}
+            nvml["mig"] = [{
+                "gpu_instance_id": 1,
+                "memory_total_bytes": spec.memory_total_bytes,
+                "memory_used_bytes": nvml["memory_used_bytes"],
+                "processes": [{k: p[k] for k in ("pid", "type", "used_memory_bytes")}
+                              for p in nvml["processes"]],
+                "gpm": gpm_activity(procs),
+            }]
+            nvml["processes"] = []
+        elif spec.gpm:
+            nvml["gpm"] = gpm_activity(procs)
         return {
             "nvml": nvml,
             "utilization": util,
@@ -109,3 +129,20 @@ class GpuMeter:
             "processes": {s["pid"]: {"memory_bytes": s["memory_bytes"], "utilization": u,
                                      "low_power": s["low_power"]} for s, u in procs},
         }
+
+
+def gpm_activity(procs):
+    """GPM readings (percent, MiB/s) from the processes' kernels: a working kernel keeps
+    85% of its SM share active and uses tensor cores and DRAM; a spinning one (a collective
+    waiting for a rank) keeps a few SMs polling and moves nothing."""
+    def total(f):
+        return min(100.0, 100.0 * sum(u * f(s) for s, u in procs))
+    sm = total(lambda s: 0.03 if s["low_power"] else 0.85 * s["sm_share"])
+    return {
+        "sm_util": sm,
+        "sm_occupancy": sm / 2,
+        "any_tensor_util": total(lambda s: 0.0 if s["low_power"] else 0.5 * s["sm_share"]),
+        "dram_bw_util": total(lambda s: 0.001 if s["low_power"] else 0.3),
+        "nvlink_tx_mibps": 0.0,
+        "nvlink_rx_mibps": 0.0,
+    }

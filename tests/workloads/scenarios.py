@@ -72,6 +72,10 @@ HEALTHY = ["--gpu-memory-gib", "60", "--step-kernel", "0.03", "--batch-size", "3
 STALL = ["--onset-s", str(ONSET)]
 
 
+# The index stallwatch gives MIG instance 0/1/0 (collector::sample::mig_index).
+MIG_0_1_0 = (1 << 24) + (0 << 16) + (1 << 8) + 0
+
+
 def then(**knobs):
     return [x for k, v in knobs.items() for x in ("--then", f"{k}={v}")]
 
@@ -132,7 +136,20 @@ SCENARIOS = {s.name: s for s in [
              [Label("input_starved", ONSET), Label("io_bound", ONSET)], 360),
     Scenario("busy_hung", "healthy, then a kernel that never ends: 100% util at low power, no output",
              [JobSpec("train", HEALTHY + ["--spin-after-s", str(ONSET)])],
-             [Label("busy_no_progress", ONSET)], 900),
+             [Label("spinning", ONSET), Label("busy_no_progress", ONSET)], 900),
+    Scenario("spinning", "a Hopper GPU with GPM: healthy, then a collective that waits forever: "
+             "100% util, a few SMs polling (3%), no tensor or memory traffic, low power, no output",
+             [JobSpec("train", HEALTHY + ["--spin-after-s", str(ONSET)])],
+             [Label("spinning", ONSET)], 450, gpus=[GpuSpec(gpm=True)]),
+    Scenario("launch_bound", "a Hopper GPU with GPM: kernels on a fifth of the SMs back to back: "
+             "utilization ~95% but SM activity ~17%, while the job logs steadily (a finding)",
+             [JobSpec("train", HEALTHY + ["--sm-share", "0.2"])],
+             [Label("launch_bound", 120)], 600, gpus=[GpuSpec(gpm=True)]),
+    Scenario("mig_input_starved", "a MIG host: the job runs on MIG instance 0/1/0 (no "
+             "utilization.gpu, GPM SM activity only); one map worker with 60 ms waits per sample "
+             "starves it: SM activity ~2%",
+             [JobSpec("train", HEALTHY + STALL + then(workers=1, sleep_ms=60, python_work_ms=8))],
+             [Label("input_starved", ONSET, gpu=MIG_0_1_0)], 360, gpus=[GpuSpec(mig=True)]),
     Scenario("idle_hung", "healthy, then the main loop deadlocks: GPU idle, CPU ~0, no output",
              [JobSpec("train", HEALTHY + ["--deadlock-after-s", str(ONSET)])],
              [Label("idle_no_progress", ONSET)], 900),

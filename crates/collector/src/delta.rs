@@ -102,6 +102,9 @@ fn derive_gpu(gpu: &GpuSample, comms: &HashMap<u32, &str>) -> GpuSnapshot {
         pcie_transmit_bytes_per_second: gpu.pcie_transmit_bytes_per_second,
         pcie_receive_bytes_per_second: gpu.pcie_receive_bytes_per_second,
         processes,
+        gpm_supported: gpu.gpm_supported,
+        gpm: gpu.gpm,
+        mig: gpu.mig.clone(),
     }
 }
 

@@ -58,6 +58,67 @@ pub struct GpuSample {
     pub pcie_transmit_bytes_per_second: Option<f64>,
     pub pcie_receive_bytes_per_second: Option<f64>,
     pub processes: Vec<GpuProcessSample>,
+    /// Whether the GPU has GPM (`None` until asked, or when NVML is too old).
+    #[serde(default)]
+    pub gpm_supported: Option<bool>,
+    /// GPM metrics since the previous sample; `None` without GPM, on the
+    /// first sample, or when the reading failed.
+    #[serde(default)]
+    pub gpm: Option<GpmReading>,
+    /// Set for a MIG instance: which GPU it is part of, and its instance IDs.
+    /// Its `index` is then `mig_index(parent, gpu instance, compute instance)`.
+    #[serde(default)]
+    pub mig: Option<MigIdentity>,
+}
+
+/// Where a MIG instance lives.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigIdentity {
+    pub parent_index: u32,
+    pub parent_uuid: String,
+    pub gpu_instance_id: u32,
+    pub compute_instance_id: u32,
+}
+
+/// MIG instances' indices start here: `MIG_INDEX_BASE + parent << 16 +
+/// gpu instance << 8 + compute instance`, so they never meet a GPU's index
+/// and each names its instance.
+pub const MIG_INDEX_BASE: u32 = 1 << 24;
+
+/// The index standing for a MIG instance (IDs above 255 are clamped; NVML's
+/// are below 16).
+pub fn mig_index(parent: u32, gpu_instance: u32, compute_instance: u32) -> u32 {
+    MIG_INDEX_BASE
+        + (parent.min(255) << 16)
+        + (gpu_instance.min(255) << 8)
+        + compute_instance.min(255)
+}
+
+/// The `gpu` label for an index: the GPU's index, or for a MIG instance
+/// `<parent>/<gpu instance>/<compute instance>`.
+pub fn gpu_label(index: u32) -> String {
+    if index < MIG_INDEX_BASE {
+        return index.to_string();
+    }
+    let i = index - MIG_INDEX_BASE;
+    format!("{}/{}/{}", i >> 16, (i >> 8) & 0xff, i & 0xff)
+}
+
+/// What the SMs did between two GPM samples (Hopper and later). Ratios 0-1,
+/// rates in bytes per second; a metric the device does not report is `None`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpmReading {
+    /// Share of time each SM had at least one warp assigned, averaged over
+    /// the SMs (NVML `SM_UTIL`, DCGM `PROF_SM_ACTIVE`).
+    pub sm_active_ratio: Option<f64>,
+    /// Resident warps over the maximum, averaged over the SMs.
+    pub sm_occupancy_ratio: Option<f64>,
+    /// Share of time any tensor pipe was active.
+    pub tensor_active_ratio: Option<f64>,
+    /// Share of DRAM bandwidth used.
+    pub dram_active_ratio: Option<f64>,
+    pub nvlink_transmit_bytes_per_second: Option<f64>,
+    pub nvlink_receive_bytes_per_second: Option<f64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -3,7 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::sample::{Attribution, ErrorCounts, GpuProcessKind, HostMemory, Pressure};
+use crate::sample::{
+    Attribution, ErrorCounts, GpmReading, GpuProcessKind, HostMemory, MigIdentity, Pressure,
+};
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Snapshot {
@@ -48,6 +50,15 @@ pub struct GpuSnapshot {
     pub pcie_receive_bytes_per_second: Option<f64>,
     /// Processes on this GPU, largest GPU memory first.
     pub processes: Vec<GpuProcessSnapshot>,
+    /// Whether the GPU has GPM (`None` while unknown).
+    #[serde(default)]
+    pub gpm_supported: Option<bool>,
+    /// GPM activity over the last interval.
+    #[serde(default)]
+    pub gpm: Option<GpmReading>,
+    /// Set for a MIG instance.
+    #[serde(default)]
+    pub mig: Option<MigIdentity>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -61,6 +61,8 @@ config_struct!(
         shared_gpu: SharedGpu = SharedGpu::default(),
         leftover_process: LeftoverProcess = LeftoverProcess::default(),
         throttled: Throttled = Throttled::default(),
+        spinning: Spinning = Spinning::default(),
+        launch_bound: LaunchBound = LaunchBound::default(),
     }
 );
 
@@ -288,6 +290,65 @@ config_struct!(
     }
 );
 
+config_struct!(
+    /// The GPU reads busy but does no work: a kernel spins (a collective
+    /// waiting for a rank). With GPM: SM activity low and flat, tensor and
+    /// DRAM idle, no NVLink or PCIe traffic, power low. Without GPM: busy at
+    /// a fraction of the learned busy power. Either way with no output for
+    /// the window.
+    Spinning {
+        enabled: bool = true,
+        #[serde(with = "humantime_serde")]
+        window: Duration = secs(120),
+        #[serde(with = "humantime_serde")]
+        enter_for: Duration = secs(30),
+        #[serde(with = "humantime_serde")]
+        exit_for: Duration = secs(10),
+        /// Share of samples with utilization.gpu at or above `busy_above`
+        /// (where utilization.gpu is reported).
+        min_busy_share: f64 = 0.9,
+        /// GPM: SM activity mean at most this...
+        max_sm_active: f64 = 0.25,
+        /// ...and flat: its standard deviation at most this.
+        max_sm_active_stddev: f64 = 0.03,
+        /// GPM: tensor and DRAM activity means at most these.
+        max_tensor_active: f64 = 0.01,
+        max_dram_active: f64 = 0.02,
+        /// NVLink and PCIe traffic (each, both directions) at most this, bytes/s.
+        max_link_bytes_per_second: f64 = 16_777_216.0,
+        /// Power under this share of the GPU's busy baseline (learned while
+        /// the job made progress); the only signal without GPM...
+        max_power_of_baseline: f64 = 0.5,
+        /// ...or, with GPM and no baseline yet, under this share of the limit.
+        max_power_of_limit: f64 = 0.3,
+        /// Leave when SM activity over `exit_for` rises above this (GPM), or
+        /// power back above the baseline share (no GPM), or output resumes.
+        exit_sm_active: f64 = 0.4,
+    }
+);
+
+config_struct!(
+    /// utilization.gpu high but SM activity (GPM) low for a long window
+    /// while the job makes progress: kernels too small or too few. A
+    /// finding, not a stall.
+    LaunchBound {
+        enabled: bool = true,
+        #[serde(with = "humantime_serde")]
+        window: Duration = secs(300),
+        #[serde(with = "humantime_serde")]
+        enter_for: Duration = secs(60),
+        #[serde(with = "humantime_serde")]
+        exit_for: Duration = secs(60),
+        /// utilization.gpu mean over the window at least this (busy by the
+        /// coarse reading).
+        min_utilization: f64 = 0.8,
+        /// SM activity mean over the window under this.
+        max_sm_active: f64 = 0.5,
+        /// Leave when SM activity over `exit_for` reaches this.
+        exit_sm_active: f64 = 0.65,
+    }
+);
+
 /// What every kind's section under `[diagnosis.<kind>]` has: its switch, its
 /// times and the values that are ratios. `timing`, `fitted_to` and `validate`
 /// read every kind through it, and `sections!` below is the one table from a
@@ -358,6 +419,25 @@ kind_config!(HostMemoryPressure, [max_available]);
 kind_config!(GpuMemoryFull, [min_used]);
 kind_config!(SharedGpu, []);
 kind_config!(Throttled, window, [min_share]);
+kind_config!(
+    Spinning,
+    window,
+    [
+        min_busy_share,
+        max_sm_active,
+        max_sm_active_stddev,
+        max_tensor_active,
+        max_dram_active,
+        max_power_of_baseline,
+        max_power_of_limit,
+        exit_sm_active
+    ]
+);
+kind_config!(
+    LaunchBound,
+    window,
+    [min_utilization, max_sm_active, exit_sm_active]
+);
 
 /// A leftover process counts after `idle_for` without SM activity, read on its
 /// own (`leftover_idle_seconds`); it has no window or enter time, and `fitted_to`
@@ -416,6 +496,8 @@ sections! {
     SharedGpu => shared_gpu,
     LeftoverProcess => leftover_process,
     Throttled => throttled,
+    Spinning => spinning,
+    LaunchBound => launch_bound,
 }
 
 /// Longest any time may be once multiplied by `time_scale`. Far beyond any

@@ -14,7 +14,7 @@ use crate::report::{job_status, make_event, primary_job};
 use crate::stacks::StackReport;
 use crate::status::{ActiveKind, Event, GpuStatus, JobStatus, KindCounters, Phase};
 use crate::tracking::{ProcessActivity, Progress};
-use crate::window::{History, Point};
+use crate::window::{ActivitySignal, History, Point};
 use crate::{Kind, Verdict};
 
 /// A gap between samples longer than this does not count as stalled or
@@ -33,10 +33,10 @@ struct GpuState {
     index: u32,
     uuid: String,
     history: History,
-    episodes: [Episode; 12],
-    evidence: [Evidence; 12],
-    seconds_total: [f64; 12],
-    events_total: [u64; 12],
+    episodes: [Episode; Kind::ALL.len()],
+    evidence: [Evidence; Kind::ALL.len()],
+    seconds_total: [f64; Kind::ALL.len()],
+    events_total: [u64; Kind::ALL.len()],
     verdict: Verdict,
     verdict_since: f64,
     job_idle_seconds_total: f64,
@@ -59,8 +59,8 @@ impl GpuState {
             history: History::default(),
             episodes: Default::default(),
             evidence: Default::default(),
-            seconds_total: [0.0; 12],
-            events_total: [0; 12],
+            seconds_total: [0.0; Kind::ALL.len()],
+            events_total: [0; Kind::ALL.len()],
             verdict: Verdict::Unknown,
             verdict_since: t,
             job_idle_seconds_total: 0.0,
@@ -448,9 +448,20 @@ fn point(
 ) -> Point {
     let sum =
         |f: fn(&JobFrame) -> Option<f64>| warmed.iter().filter_map(|j| f(j)).reduce(|a, b| a + b);
+    let activity = match (gpu.utilization, gpu.sm_active) {
+        (Some(_), _) => Some(ActivitySignal::UtilizationGpu),
+        (None, Some(_)) => Some(ActivitySignal::GpmSmActive),
+        (None, None) => None,
+    };
     Point {
         t,
-        utilization: gpu.utilization,
+        utilization: gpu.utilization.or(gpu.sm_active),
+        activity,
+        sm_active: gpu.sm_active,
+        tensor_active: gpu.tensor_active,
+        dram_active: gpu.dram_active,
+        nvlink_bytes_per_second: gpu.nvlink_bytes_per_second,
+        pcie_bytes_per_second: gpu.pcie_bytes_per_second,
         has_job: !warmed.is_empty(),
         job_cpu: sum(|j| j.cpu_cores),
         top_thread_cpu: warmed

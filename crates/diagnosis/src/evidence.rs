@@ -18,6 +18,24 @@ pub struct Evidence {
     /// Share of samples with utilization at or above `diagnosis.busy_above`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub busy_share: Option<f64>,
+    /// Which reading the rule took as the GPU's activity: `utilization_gpu`,
+    /// `gpm_sm_active` (GPM; on MIG the only one), or `power_baseline`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub activity_signal: Option<crate::window::ActivitySignal>,
+    /// GPM SM activity over the window: mean and standard deviation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sm_active_mean: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sm_active_stddev: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tensor_active_mean: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dram_active_mean: Option<f64>,
+    /// NVLink and PCIe traffic over the window, both directions, mean.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvlink_bytes_per_second: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie_bytes_per_second: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_memory_used_ratio: Option<f64>,
     /// Mean CPU of the GPU's jobs over the window, in cores.

@@ -35,6 +35,19 @@ pub struct GpuFrame {
     pub temperature_celsius: Option<f64>,
     #[serde(default)]
     pub processes: Vec<ProcessFrame>,
+    /// GPM (Hopper and later) over the last interval: SM, tensor and DRAM
+    /// activity as ratios, NVLink and PCIe bytes per second (both
+    /// directions together). Absent without GPM.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sm_active: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tensor_active: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dram_active: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvlink_bytes_per_second: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie_bytes_per_second: Option<f64>,
 }
 
 /// A process holding a context on the GPU, as NVML reports it.

@@ -101,6 +101,28 @@ fn base_hint(kind: Kind, evidence: &Evidence) -> String {
                 pids.join(", ")
             )
         }
+        Kind::Spinning => {
+            let signal = match evidence.activity_signal {
+                Some(crate::window::ActivitySignal::GpmSmActive) => {
+                    "its SMs are nearly idle and flat, with no tensor, memory or link traffic"
+                }
+                _ => "it draws far less power than it does while the job progresses",
+            };
+            format!(
+                "The GPU reads busy but does no work: {signal}, and the job shows no output. \
+                 A kernel is spinning, most likely a collective (NCCL all-reduce, barrier) \
+                 waiting for a rank that never joins. Check the other ranks (one may have died, \
+                 hung or be slower), run with NCCL_DEBUG=INFO and TORCH_NCCL_ASYNC_ERROR_HANDLING=1, \
+                 dump the NCCL flight recorder (TORCH_NCCL_TRACE_BUFFER_SIZE, then \
+                 torch.distributed's debug dump), and dump stacks (py-spy dump --pid PID)."
+            )
+        }
+        Kind::LaunchBound => "utilization.gpu is high but the SMs are mostly idle while the job \
+            progresses: its kernels are too small or too few to fill the GPU (time goes to \
+            launches and host syncs). Use a larger batch, CUDA graphs (torch.cuda.graphs, \
+            torch.compile(mode=\"reduce-overhead\")), torch.compile to fuse small ops, and \
+            fewer host syncs (.item(), .cpu(), printing tensors each step)."
+            .to_owned(),
         Kind::Throttled => {
             let why = if evidence.clock_event_reasons.is_empty() {
                 "power or thermal limits".to_owned()

@@ -18,10 +18,12 @@ pub enum Kind {
     SharedGpu,
     LeftoverProcess,
     Throttled,
+    Spinning,
+    LaunchBound,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 12] = [
+    pub const ALL: [Kind; 14] = [
         Kind::InputStarved,
         Kind::InputBound,
         Kind::SingleThreadBound,
@@ -34,6 +36,8 @@ impl Kind {
         Kind::SharedGpu,
         Kind::LeftoverProcess,
         Kind::Throttled,
+        Kind::Spinning,
+        Kind::LaunchBound,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -50,6 +54,8 @@ impl Kind {
             Kind::SharedGpu => "shared_gpu",
             Kind::LeftoverProcess => "leftover_process",
             Kind::Throttled => "throttled",
+            Kind::Spinning => "spinning",
+            Kind::LaunchBound => "launch_bound",
         }
     }
 
@@ -66,6 +72,7 @@ impl Kind {
                 | Kind::IoBound
                 | Kind::BusyNoProgress
                 | Kind::IdleNoProgress
+                | Kind::Spinning
         )
     }
 
@@ -88,6 +95,7 @@ impl Kind {
                 | Kind::SingleThreadBound
                 | Kind::BusyNoProgress
                 | Kind::IdleNoProgress
+                | Kind::Spinning
         )
     }
 
@@ -95,7 +103,9 @@ impl Kind {
     /// rather than the busy work.
     pub fn stacks_focus(self) -> crate::stacks::Focus {
         match self {
-            Kind::BusyNoProgress | Kind::IdleNoProgress => crate::stacks::Focus::AllThreads,
+            Kind::BusyNoProgress | Kind::IdleNoProgress | Kind::Spinning => {
+                crate::stacks::Focus::AllThreads
+            }
             _ => crate::stacks::Focus::Busy,
         }
     }

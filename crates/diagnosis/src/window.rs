@@ -2,11 +2,35 @@
 
 use std::collections::VecDeque;
 
+use serde::{Deserialize, Serialize};
+
+/// Which reading a rule took as the GPU's activity; named in the evidence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ActivitySignal {
+    /// NVML `utilization.gpu`: a kernel ran (however few SMs it used).
+    UtilizationGpu,
+    /// GPM SM activity (Hopper and later; the only one on a MIG instance).
+    GpmSmActive,
+    /// Power against the GPU's learned busy-power baseline (no GPM).
+    PowerBaseline,
+}
+
 /// What one sample says about one GPU and the jobs on it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Point {
     pub t: f64,
+    /// The GPU's activity as the rules read it: `utilization.gpu`, or GPM SM
+    /// activity where `utilization.gpu` is not reported (MIG).
     pub utilization: Option<f64>,
+    /// Which of the two `utilization` is.
+    pub activity: Option<ActivitySignal>,
+    /// GPM activity (absent without GPM).
+    pub sm_active: Option<f64>,
+    pub tensor_active: Option<f64>,
+    pub dram_active: Option<f64>,
+    pub nvlink_bytes_per_second: Option<f64>,
+    pub pcie_bytes_per_second: Option<f64>,
     /// A live job (not warming up) holds the GPU.
     pub has_job: bool,
     /// CPU used by the GPU's jobs, in cores.

@@ -35,11 +35,24 @@ fn busy_gpu_without_progress_at_low_power_is_a_hang() {
         "at {}",
         starts[0]
     );
-    assert_eq!(run.kinds(), vec![Kind::BusyNoProgress]);
-    let ev = &run.events[0].evidence;
+    // Without GPM, `spinning` reads the same low power against the baseline
+    // and reports it within 3 minutes, long before the hang time.
+    assert_eq!(run.kinds(), vec![Kind::BusyNoProgress, Kind::Spinning]);
+    let spinning = run.starts(Kind::Spinning);
+    assert!(
+        spinning[0] > 600.0 && spinning[0] <= 780.0,
+        "at {}",
+        spinning[0]
+    );
+    let hang = run
+        .events
+        .iter()
+        .find(|e| e.kind == Kind::BusyNoProgress)
+        .unwrap();
+    let ev = &hang.evidence;
     assert!(ev.power_baseline_watts.unwrap() > 550.0);
     assert_eq!(ev.hang_seconds, Some(600.0));
-    assert!(run.events[0].hint.contains("NCCL"));
+    assert!(hang.hint.contains("NCCL"));
     // Output resumes: it ends.
     run.feed(1400, 1420, |t| {
         frame(t, 0.99, vec![logging_until(100, 1.0, t, 2000.0)])

@@ -8,7 +8,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::codes::{GPU_IS_LOST, INVALID_ARGUMENT, NOT_SUPPORTED, Ret, SUCCESS, UNKNOWN};
-use crate::scenario::{Feature, Gpu, MAX_GPUS};
+use crate::scenario::{Feature, Gpu, MAX_GPUS, MAX_MIG, MigInstance};
 use crate::state::{self, Loaded, State};
 
 /// `nvmlDevice_t`: an opaque pointer.
@@ -24,6 +24,49 @@ type Guard = MutexGuard<'static, State>;
 
 pub fn handle_for(index: usize) -> Handle {
     HANDLES.as_ptr().wrapping_add(index).cast_mut().cast()
+}
+
+/// MIG device handles point into this table: entry `gpu * MAX_MIG + n` is
+/// instance `n` of GPU `gpu`.
+static MIG_HANDLES: [u8; MAX_GPUS * MAX_MIG] = [0; MAX_GPUS * MAX_MIG];
+
+pub fn mig_handle_for(gpu: usize, instance: usize) -> Handle {
+    MIG_HANDLES
+        .as_ptr()
+        .wrapping_add(gpu * MAX_MIG + instance)
+        .cast_mut()
+        .cast()
+}
+
+/// (GPU index, instance position) of a MIG device handle.
+pub fn mig_of(handle: Handle) -> Option<(usize, usize)> {
+    let offset = (handle as usize).wrapping_sub(MIG_HANDLES.as_ptr() as usize);
+    (offset < MAX_GPUS * MAX_MIG).then_some((offset / MAX_MIG, offset % MAX_MIG))
+}
+
+/// A call on a MIG device handle: the parent's faults (by its index) and
+/// `lost` apply; an instance no longer in the scenario is `INVALID_ARGUMENT`.
+pub fn mig_call(
+    call: &str,
+    handle: Handle,
+    f: impl FnOnce(&Loaded, usize, &Gpu, &MigInstance) -> Result<(), Ret>,
+) -> Ret {
+    guard(|| {
+        let (index, n) = mig_of(handle).ok_or(INVALID_ARGUMENT)?;
+        let st = state::lock_ready()?;
+        let st = settle(st, call, Some(index), state::lock_ready)?;
+        let loaded = st.current()?;
+        let gpu = loaded.gpu(index).ok_or(INVALID_ARGUMENT)?;
+        if gpu.lost {
+            return Err(GPU_IS_LOST);
+        }
+        let instance = gpu
+            .mig
+            .as_ref()
+            .and_then(|m| m.get(n))
+            .ok_or(INVALID_ARGUMENT)?;
+        f(loaded, index, gpu, instance)
+    })
 }
 
 fn index_of(handle: Handle) -> Option<usize> {

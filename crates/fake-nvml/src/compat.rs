@@ -15,27 +15,6 @@ const MEMORY_BUS_WIDTH_BITS: c_uint = 5120;
 const CODEC_SAMPLING_PERIOD_US: c_uint = 167_000;
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetMigMode(
-    device: Handle,
-    _current: *mut c_uint,
-    _pending: *mut c_uint,
-) -> Ret {
-    device_call("nvmlDeviceGetMigMode", device, None, |_, _, _| {
-        Err(NOT_SUPPORTED)
-    })
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceIsMigDeviceHandle(device: Handle, is_mig: *mut c_uint) -> Ret {
-    device_call(
-        "nvmlDeviceIsMigDeviceHandle",
-        device,
-        None,
-        |_, _, _| unsafe { put(is_mig, 0) },
-    )
-}
-
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetEncoderUtilization(
     device: Handle,
     util: *mut c_uint,

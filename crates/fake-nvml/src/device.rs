@@ -111,6 +111,9 @@ pub unsafe extern "C" fn nvmlDeviceGetName(
     name: *mut c_char,
     length: c_uint,
 ) -> Ret {
+    if crate::mig::is_mig(device) {
+        return unsafe { crate::mig::name(device, name, length) };
+    }
     device_call("nvmlDeviceGetName", device, None, |_, _, g| unsafe {
         put_str(name, length, &g.name)
     })
@@ -122,6 +125,9 @@ pub unsafe extern "C" fn nvmlDeviceGetUUID(
     uuid: *mut c_char,
     length: c_uint,
 ) -> Ret {
+    if crate::mig::is_mig(device) {
+        return unsafe { crate::mig::uuid(device, uuid, length) };
+    }
     device_call("nvmlDeviceGetUUID", device, None, |_, _, g| unsafe {
         put_str(uuid, length, &g.uuid)
     })

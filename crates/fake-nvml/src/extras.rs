@@ -1,5 +1,5 @@
 //! Further calls nvitop makes: driver model, ECC counts, serial number, MPS
-//! processes and MIG queries. No MIG, no MPS, no ECC errors.
+//! processes. No MPS, no ECC errors (MIG is in `mig.rs`).
 
 use std::ffi::{c_char, c_uint};
 
@@ -103,56 +103,4 @@ pub unsafe extern "C" fn nvmlDeviceGetMPSComputeRunningProcesses(
         None,
         |_, _, _| unsafe { fill(count, infos, Vec::new()) },
     )
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetMaxMigDeviceCount(
-    device: Handle,
-    _count: *mut c_uint,
-) -> Ret {
-    device_call("nvmlDeviceGetMaxMigDeviceCount", device, None, |_, _, _| {
-        Err(NOT_SUPPORTED)
-    })
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(
-    device: Handle,
-    _index: c_uint,
-    _mig: *mut Handle,
-) -> Ret {
-    device_call(
-        "nvmlDeviceGetMigDeviceHandleByIndex",
-        device,
-        None,
-        |_, _, _| Err(NOT_SUPPORTED),
-    )
-}
-
-/// Not a MIG device handle: invalid argument, as on a real driver.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetDeviceHandleFromMigDeviceHandle(
-    mig: Handle,
-    _device: *mut Handle,
-) -> Ret {
-    device_call(
-        "nvmlDeviceGetDeviceHandleFromMigDeviceHandle",
-        mig,
-        None,
-        |_, _, _| Err(INVALID_ARGUMENT),
-    )
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceId(device: Handle, _id: *mut c_uint) -> Ret {
-    device_call("nvmlDeviceGetGpuInstanceId", device, None, |_, _, _| {
-        Err(NOT_SUPPORTED)
-    })
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetComputeInstanceId(device: Handle, _id: *mut c_uint) -> Ret {
-    device_call("nvmlDeviceGetComputeInstanceId", device, None, |_, _, _| {
-        Err(NOT_SUPPORTED)
-    })
 }

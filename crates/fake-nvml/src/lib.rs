@@ -17,6 +17,8 @@ mod codes;
 mod compat;
 mod device;
 mod extras;
+mod gpm;
+mod mig;
 mod pci;
 mod power;
 mod process;

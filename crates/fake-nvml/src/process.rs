@@ -56,6 +56,9 @@ unsafe fn running_v2(
     count: *mut c_uint,
     out: *mut ProcessInfoV2,
 ) -> Ret {
+    if crate::mig::is_mig(device) {
+        return unsafe { crate::mig::running_v2(call, device, kind, count, out) };
+    }
     device_call(call, device, Some(Feature::Processes), |_, _, g| {
         let records = processes(g, kind)
             .map(|p| ProcessInfoV2 {
@@ -78,6 +81,9 @@ unsafe fn running_v1(
     count: *mut c_uint,
     out: *mut ProcessInfoV1,
 ) -> Ret {
+    if crate::mig::is_mig(device) {
+        return unsafe { crate::mig::running_v1(call, device, kind, count, out) };
+    }
     device_call(call, device, Some(Feature::Processes), |_, _, g| {
         let records = processes(g, kind)
             .map(|p| ProcessInfoV1 {
@@ -200,6 +206,9 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
     count: *mut c_uint,
     last_seen: u64,
 ) -> Ret {
+    if crate::mig::is_mig(device) {
+        return crate::mig::not_supported("nvmlDeviceGetProcessUtilization", device);
+    }
     let feature = Some(Feature::ProcessUtilization);
     device_call(
         "nvmlDeviceGetProcessUtilization",

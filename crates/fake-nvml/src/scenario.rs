@@ -65,6 +65,10 @@ pub struct Gpu {
     pub cuda_compute_capability: [i32; 2],
     pub unsupported: Vec<Feature>,
     pub processes: Vec<Process>,
+    /// GPM readings; absent: the device does not support GPM.
+    pub gpm: Option<Gpm>,
+    /// MIG mode on, with these instances; absent: MIG not supported.
+    pub mig: Option<Vec<MigInstance>>,
 }
 
 impl Default for Gpu {
@@ -97,6 +101,8 @@ impl Default for Gpu {
             cuda_compute_capability: [9, 0],
             unsupported: Vec::new(),
             processes: Vec::new(),
+            gpm: None,
+            mig: None,
         }
     }
 }
@@ -133,6 +139,55 @@ pub enum Feature {
     CudaComputeCapability,
     Bar1Memory,
     MemoryBusWidth,
+}
+
+/// What `nvmlGpmMetricsGet` reports between two samples of the device, in
+/// NVML's units: utilizations in percent, rates in MiB/s. A sample holds the
+/// values in the scenario when it was taken; the metrics are the later one's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Gpm {
+    pub graphics_util: f64,
+    pub sm_util: f64,
+    pub sm_occupancy: f64,
+    pub any_tensor_util: f64,
+    pub dram_bw_util: f64,
+    pub pcie_tx_mibps: f64,
+    pub pcie_rx_mibps: f64,
+    pub nvlink_tx_mibps: f64,
+    pub nvlink_rx_mibps: f64,
+}
+
+/// At most this many MIG instances per GPU (a real GPU has at most 7).
+pub const MAX_MIG: usize = 7;
+
+/// One MIG instance (a GPU instance with one compute instance), monitored
+/// through its own device handle.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MigInstance {
+    pub gpu_instance_id: u32,
+    #[serde(default)]
+    pub compute_instance_id: u32,
+    /// Empty: derived from the parent's index and the instance IDs.
+    #[serde(default)]
+    pub uuid: String,
+    /// Empty: the parent's name with ` MIG` and the profile.
+    #[serde(default)]
+    pub profile: String,
+    #[serde(default = "mig_memory_default")]
+    pub memory_total_bytes: u64,
+    #[serde(default)]
+    pub memory_used_bytes: u64,
+    #[serde(default)]
+    pub processes: Vec<Process>,
+    /// GPM of this instance (`nvmlGpmMigSampleGet`); needs the parent's `gpm`.
+    #[serde(default)]
+    pub gpm: Option<Gpm>,
+}
+
+fn mig_memory_default() -> u64 {
+    10 << 30
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -197,6 +252,24 @@ impl Scenario {
                 })?;
             }
             gpu.pci_bus_id = gpu.pci.to_string();
+            let mig = gpu.mig.as_deref_mut().unwrap_or_default();
+            if mig.len() > MAX_MIG {
+                return Err(format!(
+                    "gpus[{i}].mig: {} instances listed, at most {MAX_MIG}",
+                    mig.len()
+                ));
+            }
+            for m in mig.iter_mut() {
+                if m.uuid.is_empty() {
+                    m.uuid = format!(
+                        "MIG-00000000-0000-4000-8000-{i:04x}{:04x}{:04x}",
+                        m.gpu_instance_id, m.compute_instance_id
+                    );
+                }
+                if m.profile.is_empty() {
+                    m.profile = "1g.10gb".into();
+                }
+            }
         }
         Ok(s)
     }

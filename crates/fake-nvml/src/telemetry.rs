@@ -14,11 +14,18 @@ pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(
     device: Handle,
     utilization: *mut Utilization,
 ) -> Ret {
+    if crate::mig::is_mig(device) {
+        return crate::mig::not_supported("nvmlDeviceGetUtilizationRates", device);
+    }
     device_call(
         "nvmlDeviceGetUtilizationRates",
         device,
         Some(Feature::Utilization),
         |_, _, g| {
+            // With MIG on, utilization is per instance (GPM), not the GPU's.
+            if g.mig.is_some() {
+                return Err(crate::codes::NOT_SUPPORTED);
+            }
             let value = Utilization {
                 gpu: g.utilization_gpu,
                 memory: g.utilization_memory,
@@ -41,6 +48,9 @@ fn memory_split(g: &Gpu) -> (u64, u64) {
 /// v1 counts reserved memory as used.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(device: Handle, memory: *mut MemoryV1) -> Ret {
+    if crate::mig::is_mig(device) {
+        return unsafe { crate::mig::memory_v1(device, memory) };
+    }
     device_call(
         "nvmlDeviceGetMemoryInfo",
         device,
@@ -59,6 +69,9 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(device: Handle, memory: *mut Me
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(device: Handle, memory: *mut MemoryV2) -> Ret {
+    if crate::mig::is_mig(device) {
+        return unsafe { crate::mig::memory_v2(device, memory) };
+    }
     device_call(
         "nvmlDeviceGetMemoryInfo_v2",
         device,

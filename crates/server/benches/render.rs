@@ -16,9 +16,9 @@ use std::sync::Arc;
 
 use collector::delta::derive;
 use collector::sample::{
-    Attribution, CpuTimes, ErrorCounts, GpuProcessKind, GpuProcessSample, GpuReadout, GpuSample,
-    HostMemory, HostSample, IoCounters, JobSample, Pressure, ProcessId, ProcessSample, Sample,
-    ThreadSample,
+    Attribution, CpuTimes, ErrorCounts, GpmReading, GpuProcessKind, GpuProcessSample, GpuReadout,
+    GpuSample, HostMemory, HostSample, IoCounters, JobSample, Pressure, ProcessId, ProcessSample,
+    Sample, ThreadSample,
 };
 use collector::snapshot::Snapshot;
 use diagnosis::{DiagnosisConfig, Engine, GpuStatus};
@@ -156,6 +156,16 @@ fn gpu(index: u32, tf: f64) -> GpuSample {
                 memory_utilization_ratio: Some(0.1),
             })
             .collect(),
+        gpm_supported: Some(true),
+        gpm: Some(GpmReading {
+            sm_active_ratio: Some(0.7),
+            sm_occupancy_ratio: Some(0.35),
+            tensor_active_ratio: Some(0.4),
+            dram_active_ratio: Some(0.3),
+            nvlink_transmit_bytes_per_second: Some(1e10),
+            nvlink_receive_bytes_per_second: Some(1e10),
+        }),
+        mig: None,
     }
 }
 

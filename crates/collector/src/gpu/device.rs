@@ -8,6 +8,7 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::struct_wrappers::device::ProcessInfo;
 use nvml_wrapper::{Device, Nvml};
 
+use super::gpm::{self, GpmMemo};
 use crate::sample::{ErrorCounts, ErrorSource, GpuProcessKind, GpuProcessSample, GpuSample};
 
 /// Identity of a GPU that does not change while the driver is loaded.
@@ -24,6 +25,8 @@ pub struct DeviceMemo {
     pub identity: Option<Identity>,
     /// NVML timestamp (µs) of the newest process-utilization sample seen.
     pub last_seen_us: u64,
+    /// The previous GPM sample.
+    pub gpm: GpmMemo,
 }
 
 /// Collects the outcome of NVML calls on one device: a value, "not supported"
@@ -88,14 +91,17 @@ pub fn read_device(
     let identity = match r.take(device.uuid()) {
         Some(uuid) => match &memo.identity {
             Some(id) if id.uuid == uuid => id.clone(),
-            _ => Identity {
-                name: r.take(device.name()).unwrap_or_default(),
-                pci_bus_id: r
-                    .take(device.pci_info())
-                    .map(|p| p.bus_id)
-                    .unwrap_or_default(),
-                uuid,
-            },
+            _ => {
+                memo.gpm.release(nvml);
+                Identity {
+                    name: r.take(device.name()).unwrap_or_default(),
+                    pci_bus_id: r
+                        .take(device.pci_info())
+                        .map(|p| p.bus_id)
+                        .unwrap_or_default(),
+                    uuid,
+                }
+            }
         },
         None => return down(memo),
     };
@@ -133,8 +139,15 @@ pub fn read_device(
             .take(device.pcie_throughput(PcieUtilCounter::Receive))
             .map(kilobytes),
         processes: Vec::new(),
+        gpm_supported: None,
+        gpm: None,
+        mig: None,
     };
     sample.processes = read_processes(&device, &mut r, memo);
+    let activity = gpm::read(nvml, &device, &mut memo.gpm, r.errors);
+    sample.gpm = activity.reading;
+    sample.gpm_supported = memo.gpm.supported;
+    r.lost |= activity.lost;
     if r.lost {
         return down(memo);
     }
@@ -201,7 +214,11 @@ fn read_processes(device: &Device, r: &mut Reader, memo: &mut DeviceMemo) -> Vec
 }
 
 /// Adds a process record, merging a pid that appears in both lists.
-fn push_process(out: &mut Vec<GpuProcessSample>, kind: GpuProcessKind, info: &ProcessInfo) {
+pub(super) fn push_process(
+    out: &mut Vec<GpuProcessSample>,
+    kind: GpuProcessKind,
+    info: &ProcessInfo,
+) {
     let memory = match info.used_gpu_memory {
         UsedGpuMemory::Used(bytes) => Some(bytes),
         UsedGpuMemory::Unavailable => None,

@@ -6,6 +6,8 @@
 //! only once the hung request has returned, so threads never pile up.
 
 mod device;
+mod gpm;
+mod mig;
 mod worker;
 
 use std::path::PathBuf;

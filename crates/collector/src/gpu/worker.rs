@@ -9,7 +9,8 @@ use nvml_wrapper::error::NvmlError;
 
 use super::GpuOptions;
 use super::device::{DeviceMemo, down_sample, read_device};
-use crate::sample::{ErrorCounts, ErrorSource, GpuReadout};
+use super::mig::{MigMemos, read_instances};
+use crate::sample::{ErrorCounts, ErrorSource, GpuReadout, GpuSample};
 
 const FIRST_RETRY: Duration = Duration::from_secs(1);
 
@@ -18,6 +19,8 @@ struct Worker {
     nvml: Option<Nvml>,
     driver_version: Option<String>,
     memos: Vec<DeviceMemo>,
+    /// GPM memos of MIG instances.
+    mig: MigMemos,
     next_attempt: Instant,
     backoff: Duration,
     /// The last init failure, logged once until it changes or NVML comes up.
@@ -34,6 +37,7 @@ pub fn run(
         nvml: None,
         driver_version: None,
         memos: Vec::new(),
+        mig: MigMemos::default(),
         next_attempt: Instant::now(),
         backoff: FIRST_RETRY,
         logged_failure: None,
@@ -100,6 +104,10 @@ impl Worker {
             Err(err) => {
                 tracing::warn!(error = %err, "NVML device count failed; will initialise again");
                 errors.add(ErrorSource::Nvml);
+                for memo in &mut self.memos {
+                    memo.gpm.release(nvml);
+                }
+                self.mig.release_all(nvml);
                 self.nvml = None;
                 self.next_attempt = Instant::now() + self.backoff;
                 return GpuReadout::default();
@@ -110,7 +118,7 @@ impl Worker {
         if self.memos.len() < count as usize {
             self.memos.resize_with(count as usize, DeviceMemo::default);
         }
-        let gpus = self
+        let mut gpus: Vec<GpuSample> = self
             .memos
             .iter_mut()
             .enumerate()
@@ -120,6 +128,21 @@ impl Worker {
                 i => down_sample(i, memo),
             })
             .collect();
+        let mut instances = Vec::new();
+        let mut seen = Vec::new();
+        for g in gpus.iter_mut().filter(|g| g.up) {
+            let Ok(parent) = nvml.device_by_index(g.index) else {
+                continue;
+            };
+            let found = read_instances(nvml, &parent, g, &mut self.mig, &mut seen, errors);
+            if !found.is_empty() {
+                // With MIG on, processes belong to their instances.
+                g.processes.clear();
+            }
+            instances.extend(found);
+        }
+        self.mig.keep_only(nvml, &seen);
+        gpus.extend(instances);
         GpuReadout {
             nvml_up: true,
             stale: false,

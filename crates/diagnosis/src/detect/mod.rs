@@ -2,6 +2,7 @@
 //! current frame and says whether its enter and exit conditions hold, with
 //! the evidence it used. Timing (enter/exit times) is the engine's job.
 
+mod activity;
 mod input;
 mod memory;
 mod processes;
@@ -63,6 +64,7 @@ impl Ctx<'_> {
         let stats = w.utilization(self.config.idle_below, self.config.busy_above);
         Evidence {
             window_seconds: Some(round(w.seconds())),
+            activity_signal: self.history.latest().and_then(|p| p.activity),
             utilization_mean: stats.map(|s| round(s.mean)),
             utilization_stddev: stats.map(|s| round(s.stddev)),
             idle_share: stats.map(|s| round(s.idle_share)),
@@ -74,6 +76,13 @@ impl Ctx<'_> {
             psi_io_some: round_opt(self.host.psi_io_some),
             ..Evidence::default()
         }
+    }
+
+    /// Power evidence: the window's mean `power`, the busy baseline, the limit.
+    pub fn power_evidence(&self, power: Option<f64>, evidence: &mut Evidence) {
+        evidence.power_watts = round_opt(power);
+        evidence.power_baseline_watts = round_opt(self.power_baseline);
+        evidence.power_limit_watts = round_opt(self.gpu.power_limit_watts);
     }
 
     /// The busiest threads across the GPU's jobs, busiest first (at most 3).
@@ -115,5 +124,7 @@ pub fn detect(kind: Kind, ctx: &Ctx) -> Finding {
         Kind::SharedGpu => processes::shared(ctx),
         Kind::LeftoverProcess => processes::leftover(ctx),
         Kind::Throttled => throttle::throttled(ctx),
+        Kind::Spinning => activity::spinning(ctx),
+        Kind::LaunchBound => activity::launch_bound(ctx),
     }
 }

@@ -37,9 +37,7 @@ pub fn busy(ctx: &Ctx) -> Finding {
     let mut evidence = ctx.utilization_evidence(&w);
     evidence.silent_seconds = round_opt(ctx.silent_seconds);
     evidence.hang_seconds = Some(round(ctx.hang_seconds));
-    evidence.power_watts = round_opt(power);
-    evidence.power_baseline_watts = round_opt(ctx.power_baseline);
-    evidence.power_limit_watts = round_opt(limit);
+    ctx.power_evidence(power, &mut evidence);
     Finding {
         condition: Condition { enter, exit },
         evidence,

@@ -1,5 +1,6 @@
 //! GPU and per-process GPU series.
 
+use collector::sample::gpu_label;
 use collector::snapshot::{ClockEventReason, GpuSnapshot, Snapshot};
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::registry::Unit;
@@ -7,11 +8,11 @@ use prometheus_client::registry::Unit;
 use super::{Labels, counter, exported_processes, gauge, hertz, info, no_labels, ratio};
 
 fn labels(g: &GpuSnapshot) -> Labels {
-    vec![("gpu", g.index.to_string()), ("uuid", g.uuid.clone())]
+    vec![("gpu", gpu_label(g.index)), ("uuid", g.uuid.clone())]
 }
 
 /// A gauge with one series per GPU that has the value.
-fn per_gpu(
+pub(super) fn per_gpu(
     e: &mut DescriptorEncoder,
     gpus: &[&GpuSnapshot],
     name: &str,
@@ -72,6 +73,20 @@ pub fn encode(
             l
         }),
     )?;
+    info(
+        e,
+        "stallwatch_gpu_mig",
+        "A MIG instance monitored as a GPU: its parent GPU and instance IDs.",
+        all.iter().filter_map(|g| {
+            let m = g.mig.as_ref()?;
+            let mut l = labels(g);
+            l.push(("parent_gpu", m.parent_index.to_string()));
+            l.push(("parent_uuid", m.parent_uuid.clone()));
+            l.push(("gpu_instance", m.gpu_instance_id.to_string()));
+            l.push(("compute_instance", m.compute_instance_id.to_string()));
+            Some(l)
+        }),
+    )?;
     per_gpu(
         e,
         &all,
@@ -87,6 +102,7 @@ pub fn encode(
         s.gpus.iter().filter(|g| g.up).collect()
     };
     measurements(e, &live)?;
+    super::gpm::encode(e, &live)?;
     clock_events(e, &live)?;
     processes(e, &live, max_processes)
 }

@@ -2,6 +2,7 @@
 //! Nothing here reads NVML or `/proc`; series of exited processes vanish with
 //! the snapshot that no longer holds them.
 
+mod gpm;
 mod gpu;
 mod host;
 mod job;

@@ -8,7 +8,10 @@ use prometheus_client::registry::Unit;
 use super::{Labels, counter, gauge};
 
 fn labels(g: &GpuStatus) -> Labels {
-    vec![("gpu", g.gpu.to_string()), ("uuid", g.uuid.clone())]
+    vec![
+        ("gpu", collector::sample::gpu_label(g.gpu)),
+        ("uuid", g.uuid.clone()),
+    ]
 }
 
 /// One series per GPU and kind.

@@ -63,6 +63,27 @@ fn gpu(g: &GpuSnapshot, nvml_fresh: bool) -> GpuFrame {
                 sm_utilization: p.sm_utilization_ratio,
             })
             .collect(),
+        sm_active: g.gpm.and_then(|m| m.sm_active_ratio),
+        tensor_active: g.gpm.and_then(|m| m.tensor_active_ratio),
+        dram_active: g.gpm.and_then(|m| m.dram_active_ratio),
+        nvlink_bytes_per_second: g.gpm.and_then(|m| {
+            both(
+                m.nvlink_transmit_bytes_per_second,
+                m.nvlink_receive_bytes_per_second,
+            )
+        }),
+        pcie_bytes_per_second: both(
+            g.pcie_transmit_bytes_per_second,
+            g.pcie_receive_bytes_per_second,
+        ),
+    }
+}
+
+/// Both directions together; `None` when neither is reported.
+fn both(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (None, None) => None,
+        (a, b) => Some(a.unwrap_or(0.0) + b.unwrap_or(0.0)),
     }
 }
 

@@ -1,0 +1,157 @@
+//! MIG instances as GPUs. With MIG mode on, a GPU's own `utilization.gpu` is
+//! not supported and its processes belong to instances: each instance is
+//! read through its own device handle (UUID, name, memory, processes) and
+//! its activity from GPM (`nvmlGpmMigSampleGet` on the parent), and reported
+//! as a GPU of its own (`MigIdentity`, index from `mig_index`).
+//!
+//! Instances that appear or go away between readings (MIG reconfigured) are
+//! GPUs appearing and disappearing; their GPM memos are freed.
+
+use std::collections::HashMap;
+
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::{Device, Nvml};
+
+use super::device::push_process;
+use super::gpm::{self, GpmMemo};
+use crate::sample::{ErrorCounts, ErrorSource, GpuProcessKind, GpuSample, MigIdentity, mig_index};
+
+/// GPM memos of MIG instances, by (parent index, GPU instance ID).
+#[derive(Debug, Default)]
+pub struct MigMemos {
+    gpm: HashMap<(u32, u32), GpmMemo>,
+}
+
+impl MigMemos {
+    /// Frees every kept sample (before the `Nvml` is dropped).
+    pub fn release_all(&mut self, nvml: &Nvml) {
+        for memo in self.gpm.values_mut() {
+            memo.release(nvml);
+        }
+        self.gpm.clear();
+    }
+
+    /// Frees the memos of instances not in `seen` (gone or reconfigured).
+    pub fn keep_only(&mut self, nvml: &Nvml, seen: &[(u32, u32)]) {
+        self.gpm.retain(|key, memo| {
+            let keep = seen.contains(key);
+            if !keep {
+                memo.release(nvml);
+            }
+            keep
+        });
+    }
+}
+
+/// The value, or `None`: silently for "not supported", a missing symbol, "not
+/// found" and a lost GPU (the parent's reading says so), counted otherwise.
+fn ok<T>(result: Result<T, NvmlError>, errors: &mut ErrorCounts) -> Option<T> {
+    match result {
+        Ok(v) => Some(v),
+        Err(
+            NvmlError::NotSupported
+            | NvmlError::FunctionNotFound
+            | NvmlError::FailedToLoadSymbol(_)
+            | NvmlError::NotFound
+            | NvmlError::GpuLost,
+        ) => None,
+        Err(_) => {
+            errors.add(ErrorSource::Nvml);
+            None
+        }
+    }
+}
+
+/// The GPU and compute instance IDs of a MIG device handle (raw calls:
+/// nvml-wrapper has no wrapper for them).
+fn instance_ids(nvml: &Nvml, device: &Device) -> Option<(u32, u32)> {
+    let lib = nvml.lib();
+    let (Ok(gi_of), Ok(ci_of)) = (
+        lib.nvmlDeviceGetGpuInstanceId.as_ref(),
+        lib.nvmlDeviceGetComputeInstanceId.as_ref(),
+    ) else {
+        return None;
+    };
+    let (mut gi, mut ci) = (0u32, 0u32);
+    // SAFETY: `device` is a live handle of this library; the out-pointers
+    // are valid for one u32 each.
+    let (a, b) = unsafe {
+        (
+            gi_of(device.handle(), &mut gi),
+            ci_of(device.handle(), &mut ci),
+        )
+    };
+    (a == 0 && b == 0).then_some((gi, ci))
+}
+
+/// Reads the MIG instances of `parent` (GPU `parent_sample`). Empty when MIG
+/// is off or not supported. Adds each instance's key to `seen`.
+pub fn read_instances(
+    nvml: &Nvml,
+    parent: &Device,
+    parent_sample: &GpuSample,
+    memos: &mut MigMemos,
+    seen: &mut Vec<(u32, u32)>,
+    errors: &mut ErrorCounts,
+) -> Vec<GpuSample> {
+    let enabled = ok(parent.mig_mode(), errors).is_some_and(|m| m.current == 1);
+    if !enabled {
+        return Vec::new();
+    }
+    let Some(slots) = ok(parent.mig_device_count(), errors) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for slot in 0..slots {
+        let Some(device) = ok(parent.mig_device_by_index(slot), errors) else {
+            continue;
+        };
+        let Some((gi, ci)) = instance_ids(nvml, &device) else {
+            errors.add(ErrorSource::Nvml);
+            continue;
+        };
+        let Some(uuid) = ok(device.uuid(), errors) else {
+            continue;
+        };
+        let memory = ok(device.memory_info(), errors);
+        let mut processes = Vec::new();
+        for (kind, list) in [
+            (
+                GpuProcessKind::Compute,
+                ok(device.running_compute_processes(), errors),
+            ),
+            (
+                GpuProcessKind::Graphics,
+                ok(device.running_graphics_processes(), errors),
+            ),
+        ] {
+            for info in list.unwrap_or_default() {
+                push_process(&mut processes, kind, &info);
+            }
+        }
+        let key = (parent_sample.index, gi);
+        seen.push(key);
+        let memo = memos.gpm.entry(key).or_default();
+        let activity = gpm::read_mig(nvml, parent, gi, memo, errors);
+        out.push(GpuSample {
+            index: mig_index(parent_sample.index, gi, ci),
+            uuid,
+            name: ok(device.name(), errors).unwrap_or_default(),
+            pci_bus_id: parent_sample.pci_bus_id.clone(),
+            up: true,
+            memory_used_bytes: memory.as_ref().map(|m| m.used),
+            memory_total_bytes: memory.as_ref().map(|m| m.total),
+            processes,
+            gpm_supported: memo.supported,
+            gpm: activity.reading,
+            mig: Some(MigIdentity {
+                parent_index: parent_sample.index,
+                parent_uuid: parent_sample.uuid.clone(),
+                gpu_instance_id: gi,
+                compute_instance_id: ci,
+            }),
+            ..GpuSample::default()
+        });
+    }
+    out
+}
