@@ -5,9 +5,11 @@
  * Every interval it makes the NVML calls stallwatch makes per GPU (the same
  * symbols, the same count-then-fill protocol) and reads the /proc files
  * stallwatch reads per job, process and thread (the same files, kept open and
- * read again from offset 0; `children` files every 5 samples; the task
- * directory of each multi-threaded process listed when its thread count
- * changed or a thread vanished), and the host's files. It parses only the
+ * read again from offset 0: each process's `stat` and `io`, each thread's
+ * `schedstat` and its `stat` only when the thread ran, is new or every 10
+ * samples; `children` files every 5 samples; the task directory of each
+ * multi-threaded process listed when its thread count changed, a thread
+ * vanished, or every 10 samples), and the host's files. It parses only the
  * fields a monitor uses and keeps nothing else: no history, no diagnosis, no
  * HTTP, one thread.
  *
@@ -38,6 +40,7 @@ typedef int ret_t;
 typedef void *dev_t_;
 #define INSUFFICIENT_SIZE 7
 #define CHILDREN_EVERY 5
+#define REFRESH 10 /* samples between two reads of a quiet thread's stat */
 
 /* ------------------------------------------------------------------ NVML */
 
@@ -180,7 +183,7 @@ static unsigned read_gpus(void) {
 
 /* Open files keyed by (tid, kind), a linear-probing table; entries not read
  * in a sample are closed at the start of the next. */
-enum { STAT, IO, KINDS };
+enum { STAT, IO, SCHED, KIDS, TSTAT };
 typedef struct { uint64_t key; int fd; unsigned used; } slot_t;
 static slot_t *slots;
 static size_t nslots;
@@ -188,6 +191,7 @@ static unsigned sample_no;
 
 static slot_t *slot(uint64_t key) {
     size_t i = (key * 0x9E3779B97F4A7C15ull) >> 40 & (nslots - 1);
+    if (!slots[i].key) return &slots[i];
     while (slots[i].key && slots[i].key != key)
         i = (i + 1) & (nslots - 1);
     return &slots[i];
@@ -200,7 +204,8 @@ static void sweep(void) {
     for (size_t i = 0; i < nslots; i++) {
         if (!old[i].key)
             continue;
-        if (old[i].used + 1 < sample_no) {
+        unsigned keep = (old[i].key & 7) == KIDS ? CHILDREN_EVERY + 1 : (old[i].key & 7) == TSTAT ? REFRESH + 1 : 1;
+        if (old[i].used + keep < sample_no) {
             close(old[i].fd);
             continue;
         }
@@ -210,21 +215,23 @@ static void sweep(void) {
 }
 
 static char buf[1 << 16];
+static int fresh; /* whether the last read_kept opened its file */
 
 /* The whole file behind a kept descriptor; -1 when it cannot be read. */
 static ssize_t read_kept(unsigned tid, int kind, const char *path) {
-    slot_t *s = slot((uint64_t)tid << 2 | kind | 1ull << 63);
+    slot_t *s = slot((uint64_t)tid << 3 | kind | 1ull << 63);
     if (s->key) {
         ssize_t n = pread(s->fd, buf, sizeof buf - 1, 0);
         if (n >= 0) {
             s->used = sample_no;
             buf[n] = 0;
+            fresh = 0;
             return n;
         }
         close(s->fd);
         s->key = 0;
         sweep();
-        s = slot((uint64_t)tid << 2 | kind | 1ull << 63);
+        s = slot((uint64_t)tid << 3 | kind | 1ull << 63);
     }
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
@@ -235,7 +242,8 @@ static ssize_t read_kept(unsigned tid, int kind, const char *path) {
         return -1;
     }
     buf[n] = 0;
-    *s = (slot_t){(uint64_t)tid << 2 | kind | 1ull << 63, fd, sample_no};
+    fresh = 1;
+    *s = (slot_t){(uint64_t)tid << 3 | kind | 1ull << 63, fd, sample_no};
     return n;
 }
 
@@ -278,7 +286,7 @@ static unsigned long long field_after(const char *text, const char *name) {
 
 /* --------------------------------------------------------------- jobs */
 
-typedef struct { unsigned pid, ntids, nkids, read_at, used, *tids, *kids; unsigned long long start; } proc_memo_t;
+typedef struct { unsigned pid, ntids, nkids, read_at, listed_at, used, *tids, *kids; unsigned long long start; } proc_memo_t;
 /* Per process, by pid: a linear-probing table whose entries not used for two
  * samples are reused. */
 #define NMEMOS (1 << 15)
@@ -302,6 +310,47 @@ static proc_memo_t *memo_for(unsigned pid) {
     free(m->tids), free(m->kids);
     *m = (proc_memo_t){.pid = pid, .used = sample_no};
     return m;
+}
+
+/* Per thread: its last schedstat, in a table like the one above. */
+typedef struct { unsigned tid, used; unsigned long long sched[3]; char state; } thread_memo_t;
+#define NTHREADS (1 << 15)
+static thread_memo_t thread_memos[NTHREADS];
+
+static thread_memo_t *thread_memo(unsigned tid) {
+    size_t i = (tid * 2654435761u) & (NTHREADS - 1);
+    thread_memo_t *reuse = NULL;
+    for (;; i = (i + 1) & (NTHREADS - 1)) {
+        thread_memo_t *m = &thread_memos[i];
+        if (m->tid == tid) return m;
+        if (m->tid == 0) break;
+        if (!reuse && m->used + 2 < sample_no) reuse = m;
+    }
+    thread_memo_t *m = reuse ? reuse : &thread_memos[i];
+    *m = (thread_memo_t){.tid = tid};
+    return m;
+}
+
+/* One thread: its schedstat, and its stat when it ran, is new or is due. */
+static int thread(const char *dir, unsigned tid) {
+    char path[96];
+    snprintf(path, sizeof path, "%s/task/%u/schedstat", dir, tid);
+    if (read_kept(tid, SCHED, path) < 0) return -1;
+    unsigned long long s[3];
+    char *p = buf;
+    for (int i = 0; i < 3; i++) s[i] = strtoull(p, &p, 10);
+    thread_memo_t *m = thread_memo(tid);
+    int due = (sample_no + tid) % REFRESH == 0;
+    if (fresh || due || m->used + 1 != sample_no || memcmp(s, m->sched, sizeof s)) {
+        snprintf(path, sizeof path, "%s/task/%u/stat", dir, tid);
+        stat_t t;
+        if (read_kept(tid, TSTAT, path) < 0 || parse_stat(&t) < 0) return -1;
+        m->state = t.state;
+    }
+    memcpy(m->sched, s, sizeof s);
+    m->used = sample_no;
+    sink += s[0] + m->state;
+    return 0;
 }
 
 static void add_pids(unsigned **list, unsigned *n, const char *text) {
@@ -328,6 +377,7 @@ static void list_tasks(const char *dir, proc_memo_t *m) {
     snprintf(path, sizeof path, "%s/task", dir);
     DIR *d = opendir(path);
     m->ntids = 0;
+    m->listed_at = sample_no;
     if (!d) return;
     struct dirent *e;
     while ((e = readdir(d)))
@@ -360,10 +410,10 @@ static int process(unsigned pid, unsigned expected_parent, unsigned **kids, unsi
         nthreads++;
         if (refresh) {
             snprintf(path, sizeof path, "%s/task/%u/children", dir, pid);
-            if (read_once(path) >= 0) add_pids(&m->kids, &m->nkids, buf);
+            if (read_kept(pid, KIDS, path) >= 0) add_pids(&m->kids, &m->nkids, buf);
         }
     } else {
-        if (m->ntids != st.threads || refresh)
+        if (m->ntids != st.threads || sample_no - m->listed_at >= REFRESH)
             list_tasks(dir, m);
         for (int pass = 0; pass < 2; pass++) {
             int vanished = 0;
@@ -371,17 +421,14 @@ static int process(unsigned pid, unsigned expected_parent, unsigned **kids, unsi
                 m->nkids = 0;
             for (unsigned i = 0; i < m->ntids; i++) {
                 unsigned tid = m->tids[i];
-                snprintf(path, sizeof path, "%s/task/%u/stat", dir, tid);
-                stat_t t;
-                if (read_kept(tid, STAT, path) < 0 || parse_stat(&t) < 0) {
+                if (thread(dir, tid) < 0) {
                     vanished = 1;
                     continue;
                 }
                 nthreads++;
-                sink += t.cpu + t.state;
                 if (refresh) {
                     snprintf(path, sizeof path, "%s/task/%u/children", dir, tid);
-                    if (read_once(path) >= 0) add_pids(&m->kids, &m->nkids, buf);
+                    if (read_kept(tid, KIDS, path) >= 0) add_pids(&m->kids, &m->nkids, buf);
                 }
             }
             if (!vanished) break;
