@@ -131,6 +131,7 @@ fn serve(config: Config, web: WebConfig, record_frames: Option<PathBuf>) -> anyh
             max_processes: config.gpu.max_processes,
             stacks,
             stacks_config: config.stacks.clone(),
+            metrics: Default::default(),
         });
         tracing::info!(
             listen = %config.server.listen,
