@@ -40,9 +40,14 @@ OPENMETRICS = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0
 # when this script dies, and `sleep`s end by themselves after a bounded time.
 JOB_CODE = r"""
 import ctypes, signal, subprocess, sys, threading
-threads, children, life = map(int, sys.argv[1:4])
+threads, children, child_threads, life = map(int, sys.argv[1:5])
 die = lambda: ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-kids = [subprocess.Popen(["sleep", str(life)], preexec_fn=die) for _ in range(children)]
+worker = [sys.executable, "-c", WORKER_CODE, str(child_threads), str(life)]
+kid = worker if child_threads > 1 else ["sleep", str(life)]
+kids = [subprocess.Popen(kid, preexec_fn=die, stdout=subprocess.PIPE) for _ in range(children)]
+for k in kids:
+    if child_threads > 1:
+        k.stdout.readline()
 stop = threading.Event()
 for i in range(threads - 1):
     threading.Thread(target=stop.wait, daemon=True).start()
@@ -51,6 +56,45 @@ sys.stdin.read()
 for k in kids:
     k.kill()
 """
+
+# A DataLoader-like worker process of a job: `threads` threads, asleep, for
+# `life` seconds at most.
+WORKER_CODE = r"""
+import sys, threading, time
+threads, life = map(int, sys.argv[1:3])
+for i in range(threads - 1):
+    threading.Thread(target=time.sleep, args=(life,), daemon=True).start()
+print("ready", flush=True)
+time.sleep(life)
+"""
+
+JOB_CODE = JOB_CODE.replace("WORKER_CODE", repr(WORKER_CODE))
+
+
+class Shape:
+    """What one job is: a GPU-holding process with `threads` threads and
+    `children` child processes of `child_threads` threads each (`sleep`s when
+    1, Python processes otherwise)."""
+
+    def __init__(self, name, threads, children, child_threads=1):
+        self.name, self.threads, self.children, self.child_threads = name, threads, children, child_threads
+
+    @property
+    def processes(self):
+        return self.children + 1
+
+    @property
+    def total_threads(self):
+        return self.threads + self.children * self.child_threads
+
+    def __str__(self):
+        kids = f"{self.children} `sleep`s" if self.child_threads == 1 else f"{self.children} workers of {self.child_threads} threads"
+        return f"{self.threads}-thread holder + {kids}"
+
+
+BENCH = Shape("bench", JOB_THREADS, JOB_CHILDREN)
+# 16 DataLoader-like workers of 4 threads and a holder of 60 threads.
+HEAVY = Shape("heavy", 60, 16, 4)
 
 # Unrelated processes: one shell forking `sleep`s, all in one process group.
 UNRELATED_CODE = 'i=0; while [ "$i" -lt "$1" ]; do sleep "$2" & i=$((i+1)); done; wait'
@@ -187,8 +231,8 @@ def one(series, name):
     return found[0]
 
 
-def check_load(series, leaders):
-    """Fails unless the scrape shows the 8 GPUs and the 8 jobs as set up."""
+def check_load(series, leaders, shape=BENCH):
+    """Fails unless the scrape shows the 8 GPUs and the jobs as set up."""
     problems = []
     if one(series, "stallwatch_nvml_up") != 1:
         problems.append("stallwatch_nvml_up is not 1")
@@ -196,14 +240,14 @@ def check_load(series, leaders):
     if up != [1.0] * GPUS:
         problems.append(f"stallwatch_gpu_up: {up}")
     procs = {int(l["pid"]): v for n, l, v in series if n == "stallwatch_job_processes"}
-    want = {pid: float(JOB_CHILDREN + 1) for pid in leaders}
+    want = {pid: float(shape.processes) for pid in leaders}
     if procs != want:
         problems.append(f"stallwatch_job_processes: {procs}, want {want}")
     threads = {}
     for n, l, v in series:
         if n == "stallwatch_job_threads":
             threads[int(l["pid"])] = threads.get(int(l["pid"]), 0) + v
-    want = {pid: float(JOB_THREADS + JOB_CHILDREN) for pid in leaders}
+    want = {pid: float(shape.total_threads) for pid in leaders}
     if threads != want:
         problems.append(f"stallwatch_job_threads (sum by job): {threads}, want {want}")
     tops = {int(l["pid"]) for n, l, _ in series if n == "stallwatch_job_top_thread_cpu_ratio"}
@@ -289,14 +333,14 @@ JOB_MARK = "stallwatch-bench-job-"  # + a number, last on each leader's command 
 _job_numbers = itertools.count()
 
 
-def start_jobs(group, life, count=GPUS):
+def start_jobs(group, life, count=GPUS, shape=BENCH):
     """Starts `count` jobs; returns their leaders' pids once all are set up.
     Each leader's command line ends in JOB_MARK and a number of its own."""
     leaders = []
     for _ in range(count):
         mark = f"{JOB_MARK}{next(_job_numbers)}"
         p = group.start(
-            [sys.executable, "-c", JOB_CODE, str(JOB_THREADS), str(JOB_CHILDREN), str(life), mark],
+            [sys.executable, "-c", JOB_CODE, str(shape.threads), str(shape.children), str(shape.child_threads), str(life), mark],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )
@@ -307,7 +351,7 @@ def start_jobs(group, life, count=GPUS):
     for p in leaders:
         threads = int(status_field(p.pid, "Threads"))
         kids = children_of(p.pid)
-        if threads != JOB_THREADS or len(kids) != JOB_CHILDREN:
+        if threads != shape.threads or len(kids) != shape.children:
             raise BenchError(f"job {p.pid}: {threads} threads, {len(kids)} children")
     return [p.pid for p in leaders]
 

@@ -1,5 +1,6 @@
 //! The collector's own parsers of `/proc` text: `<pid>/cgroup` (container
-//! runtimes put what they like in names), `pressure/*` and `children`.
+//! runtimes put what they like in names), `pressure/*`, `children`, and the
+//! fields of `stat`, `schedstat` and `io` the job reader keeps.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -14,4 +15,9 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     let _ = collector::proc::parse_pids(data);
+    if let Some(stat) = collector::proc::parse_stat(data) {
+        assert!(stat.comm.len() < data.len());
+    }
+    let _ = collector::proc::parse_schedstat(data);
+    let _ = collector::proc::parse_io(data);
 });

@@ -4,7 +4,9 @@
 
 use std::path::Path;
 
-use collector::proc::{parse_attribution, parse_pids, parse_pressure};
+use collector::proc::{
+    parse_attribution, parse_io, parse_pids, parse_pressure, parse_schedstat, parse_stat,
+};
 
 #[test]
 fn proc_text_corpus_never_panics() {
@@ -21,6 +23,11 @@ fn proc_text_corpus_never_panics() {
             }
         }
         let _ = parse_pids(&data);
+        if let Some(stat) = parse_stat(&data) {
+            assert!(stat.comm.len() < data.len());
+        }
+        let _ = parse_schedstat(&data);
+        let _ = parse_io(&data);
         count += 1;
     }
     assert!(count > 0, "{} is empty", dir.display());

@@ -130,3 +130,101 @@ fn a_child_started_later_is_found_within_a_few_samples() {
         child.id()
     ));
 }
+
+/// A Python process with named threads: `burner` spins, `sleeper` sleeps,
+/// `short` waits until a line on stdin ends it and starts `fresh` (same
+/// thread count, a new tid).
+const THREADS: &str = r#"
+import ctypes, sys, threading, time
+libc = ctypes.CDLL(None)
+name = lambda n: libc.prctl(15, n.encode(), 0, 0, 0)
+def burner():
+    name("burner")
+    while True:
+        pass
+def sleeper():
+    name("sleeper")
+    time.sleep(600)
+go = threading.Event()
+def short():
+    name("short")
+    go.wait()
+def fresh():
+    name("fresh")
+    time.sleep(600)
+for f in (burner, sleeper, short):
+    threading.Thread(target=f, daemon=True).start()
+print("ready", flush=True)
+sys.stdin.readline()
+t = threading.Thread(target=fresh, daemon=True)
+go.set()
+time.sleep(0.5)
+t.start()
+time.sleep(0.3)
+print("swapped", flush=True)
+sys.stdin.readline()
+"#;
+
+#[test]
+fn threads_read_between_samples_show_their_state_cpu_and_replacements() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::Stdio;
+
+    let mut child = Command::new("python3")
+        .args(["-c", THREADS])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let child = Reaped(child);
+    let pid = child.0.id();
+    assert_eq!(lines.next().unwrap().unwrap(), "ready");
+
+    let mut reader = ProcReader::new("/proc").unwrap();
+    let mut errors = ErrorCounts::default();
+    let mut sample = || {
+        let jobs = reader.read_jobs(&[(pid, vec![0])], &mut errors);
+        jobs[0].leader.threads.clone()
+    };
+    let find = |threads: &[collector::sample::ThreadSample], name: &str| {
+        threads.iter().find(|t| t.name == name).cloned()
+    };
+    let first = sample();
+    assert_eq!(first.len(), 4, "{first:?}");
+    let mut last = first.clone();
+    for _ in 0..5 {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        last = sample();
+    }
+    let (b0, b1) = (
+        find(&first, "burner").unwrap(),
+        find(&last, "burner").unwrap(),
+    );
+    assert_eq!(b1.state, 'R');
+    assert!(
+        b1.cpu_seconds - b0.cpu_seconds > 0.3,
+        "the spinning thread used {} s of CPU in 1 s",
+        b1.cpu_seconds - b0.cpu_seconds
+    );
+    let (s0, s1) = (
+        find(&first, "sleeper").unwrap(),
+        find(&last, "sleeper").unwrap(),
+    );
+    assert_eq!((s0.state, s1.state), ('S', 'S'));
+    assert_eq!(
+        s1.cpu_seconds, s0.cpu_seconds,
+        "a sleeping thread uses no CPU"
+    );
+    let short = find(&last, "short").unwrap();
+
+    writeln!(stdin).unwrap();
+    assert_eq!(lines.next().unwrap().unwrap(), "swapped");
+    let threads = sample();
+    assert_eq!(threads.len(), 4, "{threads:?}");
+    let fresh = find(&threads, "fresh").expect("the new thread, at the same thread count");
+    assert!(find(&threads, "short").is_none(), "the thread that ended");
+    assert_ne!(fresh.tid, short.tid);
+    assert_eq!(errors.get(ErrorSource::ProcJob), 0);
+}

@@ -3,24 +3,32 @@
 //! processes and threads only, never with the rest of the host.
 
 use std::collections::{HashSet, VecDeque};
-use std::path::Path;
-
-use procfs::process::{Io, Stat};
+use std::path::{Path, PathBuf};
 
 use super::children::ChildrenCache;
-use super::open_files::OpenFiles;
+use super::open_files::{Kind, OpenFiles};
 use super::read::Buffer;
-use super::{ProcReader, cgroup, job_value, output, vanished};
-use crate::sample::{
-    Attribution, ErrorCounts, IoCounters, JobSample, ProcessId, ProcessSample, ThreadSample,
-};
+use super::stat::{StatFields, parse_io, parse_schedstat, parse_stat};
+use super::tasks::Tasks;
+use super::{ProcReader, cgroup, job_value, output};
+use crate::sample::{Attribution, ErrorCounts, JobSample, ProcessId, ProcessSample, ThreadSample};
+
+/// What the job reader keeps from one sample to the next.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Memory {
+    pub children: ChildrenCache,
+    pub files: OpenFiles,
+    pub tasks: Tasks,
+    /// Threads' CPU time and run counts come from `schedstat` (a real procfs
+    /// whose kernel keeps the accounting), not from `stat`.
+    pub schedstat: bool,
+}
 
 pub(super) fn read_jobs(
     reader: &ProcReader,
     holders: &[(u32, Vec<u32>)],
     errors: &mut ErrorCounts,
-    cache: &mut ChildrenCache,
-    files: &mut OpenFiles,
+    memory: &mut Memory,
 ) -> Vec<JobSample> {
     let holder_pids: HashSet<u32> = holders.iter().map(|(pid, _)| *pid).collect();
     let mut read = HashSet::new();
@@ -33,8 +41,7 @@ pub(super) fn read_jobs(
                 reader,
                 errors: &mut *errors,
                 buf: &mut buf,
-                cache: &mut *cache,
-                files: &mut *files,
+                memory: &mut *memory,
             };
             walk.job(*pid, gpus, &holder_pids)
         })
@@ -46,14 +53,40 @@ struct Walk<'a> {
     reader: &'a ProcReader,
     errors: &'a mut ErrorCounts,
     buf: &'a mut Buffer,
-    cache: &'a mut ChildrenCache,
-    files: &'a mut OpenFiles,
+    memory: &'a mut Memory,
+}
+
+/// The fields of a `stat` line the reader keeps, owned.
+struct Stat {
+    pid: u32,
+    comm: String,
+    state: char,
+    ppid: u32,
+    cpu_ticks: u64,
+    num_threads: u64,
+    starttime: u64,
+    rss_pages: u64,
+}
+
+impl From<StatFields<'_>> for Stat {
+    fn from(s: StatFields<'_>) -> Self {
+        Stat {
+            pid: s.pid,
+            comm: s.comm_string(),
+            state: s.state,
+            ppid: s.ppid,
+            cpu_ticks: s.cpu_ticks,
+            num_threads: s.num_threads,
+            starttime: s.starttime,
+            rss_pages: s.rss_pages,
+        }
+    }
 }
 
 impl Walk<'_> {
     fn job(&mut self, pid: u32, gpus: &[u32], holders: &HashSet<u32>) -> Option<JobSample> {
         let dir = self.reader.root().join(pid.to_string());
-        let (leader, children) = self.process(&dir, None)?;
+        let (leader, children) = self.process(pid, &dir, None)?;
         let attribution = unless_exited(&dir, self.errors, self.buf, |e, buf| {
             read_attribution(&dir, e, buf)
         });
@@ -90,7 +123,7 @@ impl Walk<'_> {
                 continue;
             }
             let dir = self.reader.root().join(pid.to_string());
-            let Some((sample, children)) = self.process(&dir, Some(parent)) else {
+            let Some((sample, children)) = self.process(pid, &dir, Some(parent)) else {
                 continue;
             };
             queue.extend(children.into_iter().map(|c| (c, pid)));
@@ -99,81 +132,178 @@ impl Walk<'_> {
         descendants
     }
 
+    /// A kept file's `stat` fields; `None` (counted unless the process or
+    /// thread is gone) when it cannot be read or parsed.
+    fn stat(&mut self, id: u32, kind: Kind, path: impl FnOnce() -> PathBuf) -> Option<Stat> {
+        let what = if kind == Kind::ProcessStat {
+            "stat"
+        } else {
+            "thread stat"
+        };
+        let bytes = job_value(
+            self.buf.kept(&mut self.memory.files, id, kind, path),
+            what,
+            self.errors,
+        )?
+        .0;
+        match parse_stat(bytes) {
+            Some(fields) => Some(fields.into()),
+            None => {
+                job_value::<()>(
+                    Err(procfs::ProcError::Other(format!(
+                        "{what} of {id} does not parse"
+                    ))),
+                    what,
+                    self.errors,
+                );
+                None
+            }
+        }
+    }
+
     /// One process (its `/proc/<pid>` directory `dir`) with its threads, and
     /// the pids of its children (from every thread). `None` when it is gone,
     /// when its `stat` cannot be read, or when its parent is not
     /// `expected_parent` (the pid was reused outside the job).
     fn process(
         &mut self,
+        pid: u32,
         dir: &Path,
         expected_parent: Option<u32>,
     ) -> Option<(ProcessSample, Vec<u32>)> {
         let reader = self.reader;
-        let stat: Stat = job_value(
-            self.buf.parse_kept(self.files, &dir.join("stat")),
-            "stat",
-            self.errors,
-        )?;
-        let ppid = u32::try_from(stat.ppid).unwrap_or(0);
-        if expected_parent.is_some_and(|parent| parent != ppid) {
+        let stat = self.stat(pid, Kind::ProcessStat, || dir.join("stat"))?;
+        if expected_parent.is_some_and(|parent| parent != stat.ppid) {
             return None;
         }
-        let pid = u32::try_from(stat.pid).unwrap_or(0);
-        let cached = self.cache.get(pid, stat.starttime);
+        let pid = stat.pid;
+        let cached = self.memory.children.get(pid, stat.starttime);
         let (threads, children) = if stat.num_threads == 1 {
             // One thread: it is the process; no need to list the task directory.
             let thread = ThreadSample {
                 tid: pid,
                 name: stat.comm.clone(),
                 state: stat.state,
-                cpu_seconds: reader.ticks_to_seconds(stat.utime.saturating_add(stat.stime)),
+                cpu_seconds: reader.ticks_to_seconds(stat.cpu_ticks),
             };
-            let children = cached.clone().unwrap_or_else(|| {
-                let path = dir.join(format!("task/{pid}/children"));
-                job_value(self.buf.pids(&path), "thread children", self.errors).unwrap_or_default()
-            });
+            let children = match cached.clone() {
+                Some(children) => children,
+                None => self.children(dir, pid),
+            };
             (vec![thread], children)
         } else {
-            let (threads, children) = self.threads(dir, cached.is_none());
+            let (threads, children) = self.threads(dir, &stat, cached.is_none());
             (threads, cached.clone().unwrap_or(children))
         };
         if cached.is_none() {
-            self.cache.put(pid, stat.starttime, &children);
+            self.memory.children.put(pid, stat.starttime, &children);
         }
-        let files = &mut *self.files;
+        let files = &mut self.memory.files;
         let io = unless_exited(dir, self.errors, self.buf, |e, buf| {
-            job_value(buf.parse_kept::<Io>(files, &dir.join("io")), "io", e)
-        });
-        let io = io.map(|io| IoCounters {
-            rchar: io.rchar,
-            wchar: io.wchar,
-            read_bytes: io.read_bytes,
-            write_bytes: io.write_bytes,
+            let bytes = job_value(buf.kept(files, pid, Kind::Io, || dir.join("io")), "io", e)?.0;
+            let io = parse_io(bytes)
+                .ok_or_else(|| procfs::ProcError::Other(format!("io of {pid} does not parse")));
+            job_value(io, "io", e)
         });
         let sample = ProcessSample {
             id: ProcessId {
                 pid,
                 start_ticks: stat.starttime,
             },
-            ppid,
+            ppid: stat.ppid,
             comm: stat.comm,
             state: stat.state,
             start_time_seconds: reader.boot_time_seconds as f64
                 + reader.ticks_to_seconds(stat.starttime),
-            cpu_seconds: reader.ticks_to_seconds(stat.utime.saturating_add(stat.stime)),
-            rss_bytes: stat.rss.saturating_mul(reader.page_size_bytes),
+            cpu_seconds: reader.ticks_to_seconds(stat.cpu_ticks),
+            rss_bytes: stat.rss_pages.saturating_mul(reader.page_size_bytes),
             threads,
             io,
         };
         Some((sample, children))
     }
 
-    /// Every thread's `stat`, in tid order, and (when `with_children`) the
-    /// children listed by every thread: a child belongs to the thread that
-    /// forked it.
-    fn threads(&mut self, dir: &Path, with_children: bool) -> (Vec<ThreadSample>, Vec<u32>) {
-        let task_dir = dir.join("task");
-        let listing = match std::fs::read_dir(&task_dir) {
+    /// The children a thread forked, from its kept `children` file.
+    fn children(&mut self, dir: &Path, tid: u32) -> Vec<u32> {
+        let path = || dir.join(format!("task/{tid}/children"));
+        let pids = self
+            .buf
+            .kept(&mut self.memory.files, tid, Kind::Children, path)
+            .and_then(|(bytes, _)| {
+                super::read::parse_pids(bytes)
+                    .map_err(|e| procfs::ProcError::Other(format!("children of {tid}: {e}")))
+            });
+        job_value(pids, "thread children", self.errors).unwrap_or_default()
+    }
+
+    /// Every thread, in tid order, and (when `with_children`) the children
+    /// listed by every thread: a child belongs to the thread that forked it.
+    /// The thread ids listed in an earlier sample are used while they hold
+    /// (see tasks.rs); a listed thread that is gone makes a new listing.
+    fn threads(
+        &mut self,
+        dir: &Path,
+        stat: &Stat,
+        with_children: bool,
+    ) -> (Vec<ThreadSample>, Vec<u32>) {
+        let known = self
+            .memory
+            .tasks
+            .listed(stat.pid, stat.starttime, stat.num_threads)
+            .map(<[u32]>::to_vec);
+        let reused = known.is_some();
+        let Some(tids) = known.or_else(|| self.list_tasks(dir)) else {
+            return (Vec::new(), Vec::new());
+        };
+        let mut threads = Vec::with_capacity(tids.len());
+        let mut children = Vec::new();
+        let missing = self.read_threads(dir, &tids, with_children, &mut threads, &mut children);
+        if missing && reused {
+            // A listed thread is gone: list again, read the new ones.
+            if let Some(listed) = self.list_tasks(dir) {
+                let new: Vec<u32> = listed
+                    .into_iter()
+                    .filter(|tid| tids.binary_search(tid).is_err())
+                    .collect();
+                self.read_threads(dir, &new, with_children, &mut threads, &mut children);
+            }
+        }
+        threads.sort_unstable_by_key(|t| t.tid);
+        let alive: Vec<u32> = threads.iter().map(|t| t.tid).collect();
+        if alive.len() as u64 == stat.num_threads {
+            self.memory.tasks.put_list(stat.pid, stat.starttime, alive);
+        }
+        (threads, children)
+    }
+
+    /// Reads the threads `tids` into `threads` (and their children into
+    /// `children`); returns whether one of them could not be read.
+    fn read_threads(
+        &mut self,
+        dir: &Path,
+        tids: &[u32],
+        with_children: bool,
+        threads: &mut Vec<ThreadSample>,
+        children: &mut Vec<u32>,
+    ) -> bool {
+        let mut missing = false;
+        for &tid in tids {
+            match self.thread(dir, tid) {
+                Some(thread) => threads.push(thread),
+                // Gone between the listing and the read: skipped.
+                None => missing = true,
+            }
+            if with_children {
+                children.extend(self.children(dir, tid));
+            }
+        }
+        missing
+    }
+
+    /// The task directory's thread ids, sorted; `None` (counted unless the
+    /// process is gone) when it cannot be listed.
+    fn list_tasks(&mut self, dir: &Path) -> Option<Vec<u32>> {
+        let listing = match std::fs::read_dir(dir.join("task")) {
             Ok(listing) => listing,
             Err(e) => {
                 job_value::<()>(
@@ -181,45 +311,59 @@ impl Walk<'_> {
                     "task directory",
                     self.errors,
                 );
-                return (Vec::new(), Vec::new());
+                return None;
             }
         };
         let mut tids: Vec<u32> = listing
             .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
             .collect();
         tids.sort_unstable();
-        let mut threads = Vec::with_capacity(tids.len());
-        let mut children = Vec::new();
-        let mut path = task_dir;
-        for tid in tids {
-            path.push(tid.to_string());
-            path.push("stat");
-            // A thread that exits between the listing and the read is skipped.
-            if let Some(stat) = job_value::<Stat>(
-                self.buf.parse_kept(self.files, &path),
-                "thread stat",
-                self.errors,
-            ) {
-                threads.push(ThreadSample {
-                    tid,
-                    name: stat.comm,
-                    state: stat.state,
-                    cpu_seconds: self
-                        .reader
-                        .ticks_to_seconds(stat.utime.saturating_add(stat.stime)),
-                });
-            }
-            if with_children {
-                path.set_file_name("children");
-                if let Some(pids) = job_value(self.buf.pids(&path), "thread children", self.errors)
-                {
-                    children.extend(pids);
-                }
-            }
-            path.pop();
-            path.pop();
+        Some(tids)
+    }
+
+    /// One thread: from its `schedstat` and, when it ran or is new, its
+    /// `stat` (see tasks.rs); from its `stat` alone without schedstat.
+    /// `None` when it is gone or cannot be read.
+    fn thread(&mut self, dir: &Path, tid: u32) -> Option<ThreadSample> {
+        let task = || dir.join("task").join(tid.to_string());
+        if !self.memory.schedstat {
+            let stat = self.stat(tid, Kind::ThreadStat, || task().join("stat"))?;
+            return Some(ThreadSample {
+                tid,
+                name: stat.comm,
+                state: stat.state,
+                cpu_seconds: self.reader.ticks_to_seconds(stat.cpu_ticks),
+            });
         }
-        (threads, children)
+        let read = self
+            .buf
+            .kept(&mut self.memory.files, tid, Kind::Schedstat, || {
+                task().join("schedstat")
+            });
+        let (bytes, fresh) = job_value(read, "thread schedstat", self.errors)?;
+        let Some(sched) = parse_schedstat(bytes) else {
+            let e = procfs::ProcError::Other(format!("schedstat of {tid} does not parse"));
+            return job_value(Err(e), "thread schedstat", self.errors);
+        };
+        let cpu_seconds = sched.run_ns as f64 * 1e-9;
+        if let Some((name, state)) = self.memory.tasks.unchanged(tid, sched, fresh) {
+            return Some(ThreadSample {
+                tid,
+                name: name.to_owned(),
+                state,
+                cpu_seconds,
+            });
+        }
+        let stat = self.stat(tid, Kind::ThreadStat, || task().join("stat"))?;
+        self.memory
+            .tasks
+            .put_thread(tid, sched, &stat.comm, stat.state);
+        Some(ThreadSample {
+            tid,
+            name: stat.comm,
+            state: stat.state,
+            cpu_seconds,
+        })
     }
 }
 
@@ -241,9 +385,9 @@ fn unless_exited<T>(
 
 /// The process is a zombie, dead, or gone (checked only after a failure).
 fn exited(dir: &Path, buf: &mut Buffer) -> bool {
-    match buf.parse::<Stat>(&dir.join("stat")) {
-        Ok(stat) => matches!(stat.state, 'Z' | 'X' | 'x'),
-        Err(e) => vanished(&e),
+    match buf.read(&dir.join("stat")) {
+        Ok(bytes) => parse_stat(bytes).is_some_and(|s| matches!(s.state, 'Z' | 'X' | 'x')),
+        Err(e) => super::io_vanished(&e),
     }
 }
 

@@ -15,6 +15,8 @@ mod job;
 mod open_files;
 mod output;
 mod read;
+mod stat;
+mod tasks;
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -27,7 +29,9 @@ use crate::sample::{ErrorCounts, ErrorSource, HostSample, JobSample};
 
 pub use cgroup::parse_attribution;
 pub use host::{PsiAvg10, parse_pressure};
+pub use open_files::raise_open_files_limit;
 pub use read::parse_pids;
+pub use stat::{StatFields, parse_io, parse_schedstat, parse_stat};
 
 /// Reads job and host samples from one procfs mount.
 #[derive(Debug, Clone)]
@@ -36,8 +40,7 @@ pub struct ProcReader {
     boot_time_seconds: u64,
     ticks_per_second: u64,
     page_size_bytes: u64,
-    children: children::ChildrenCache,
-    open_files: open_files::OpenFiles,
+    memory: job::Memory,
 }
 
 impl ProcReader {
@@ -61,13 +64,18 @@ impl ProcReader {
         let path = root.join("stat");
         let stats = read_kernel_stats(&path, ticks_per_second, page_size_bytes)
             .map_err(|e| collect_error(path, e))?;
+        let files = open_files::OpenFiles::for_root(&root);
+        let memory = job::Memory {
+            schedstat: files.enabled() && schedstat_works(&root),
+            files,
+            ..job::Memory::default()
+        };
         Ok(ProcReader {
-            open_files: open_files::OpenFiles::for_root(&root),
+            memory,
             root,
             boot_time_seconds: stats.btime,
             ticks_per_second,
             page_size_bytes,
-            children: children::ChildrenCache::default(),
         })
     }
 
@@ -85,21 +93,26 @@ impl ProcReader {
     /// indices it is on. Returns one [`JobSample`] per holder that could be
     /// read; a holder whose `/proc` entry is gone is skipped silently.
     /// A process's children are read every few samples, not every one (see
-    /// `children.rs`); the files read every sample are kept open on a real
+    /// `children.rs`); a thread that did not run costs one small read (see
+    /// `tasks.rs`); the files read again and again are kept open on a real
     /// procfs (see `open_files.rs`).
     pub fn read_jobs(
         &mut self,
         holders: &[(u32, Vec<u32>)],
         errors: &mut ErrorCounts,
     ) -> Vec<JobSample> {
-        let mut cache = std::mem::take(&mut self.children);
-        let mut files = std::mem::take(&mut self.open_files);
-        cache.begin();
-        files.begin();
-        let jobs = job::read_jobs(self, holders, errors, &mut cache, &mut files);
-        self.children = cache;
-        self.open_files = files;
+        let mut memory = std::mem::take(&mut self.memory);
+        memory.children.begin();
+        memory.files.begin();
+        memory.tasks.begin();
+        let jobs = job::read_jobs(self, holders, errors, &mut memory);
+        self.memory = memory;
         jobs
+    }
+
+    /// Whether threads' CPU time comes from `schedstat` (see `tasks.rs`).
+    pub fn reads_schedstat(&self) -> bool {
+        self.memory.schedstat
     }
 
     /// CPU times, online CPUs, pressure and memory of the whole host.
@@ -110,6 +123,15 @@ impl ProcReader {
     fn ticks_to_seconds(&self, ticks: u64) -> f64 {
         ticks as f64 / self.ticks_per_second as f64
     }
+}
+
+/// The kernel keeps per-thread run accounting (`CONFIG_SCHED_INFO`): this
+/// thread's `schedstat` shows time on a CPU (it is all zeros without it).
+fn schedstat_works(root: &Path) -> bool {
+    std::fs::read(root.join("thread-self/schedstat"))
+        .ok()
+        .and_then(|bytes| stat::parse_schedstat(&bytes))
+        .is_some_and(|s| s.run_ns > 0 && s.timeslices > 0)
 }
 
 /// `<root>/stat`. The parser wants system info only for the tick rate it

@@ -1,32 +1,70 @@
-//! The jobs' `/proc` files read every sample (each process's `stat` and
-//! `io`, each thread's `stat`), kept open from one sample to the next and
-//! read again from offset 0. Opening and closing a `/proc` file (path
-//! lookup, permission check) cost the kernel more than generating it; this
-//! halves the system calls of a sample.
+//! The jobs' `/proc` files read again and again (each process's `stat` and
+//! `io`, each thread's `schedstat` and `stat`, the `children` files), kept
+//! open from one read to the next and read again from offset 0. Opening and
+//! closing a `/proc` file (path lookup, permission check) cost the kernel
+//! more than generating it; this halves the system calls of a sample.
 //!
 //! Only on a real procfs: there an open file stays bound to its process or
 //! thread, and reads fail with ESRCH once it is reaped, even if its pid is
 //! reused. A read that fails is retried once on a freshly opened file, so
-//! errors and vanished processes read exactly as without the cache. Files
-//! not read during a sample are closed at the start of the next one, and at
-//! most `MAX_OPEN` are kept open (the rest are opened and closed each time).
+//! errors and vanished processes read exactly as without the cache; a read
+//! says whether its file was freshly opened (a new thread behind a reused
+//! tid is always a fresh file). Files are keyed by (pid or tid, kind), so a
+//! read that finds its file builds no path. Files not read for their kind's
+//! period are closed at the start of a sample, and at most
+//! [`OpenFiles::max_open`] are kept open (the rest are opened and closed each
+//! time): half the soft limit on open files less a reserve, which the daemon
+//! raises to its hard limit at start.
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-/// Files kept open at most: well under the usual soft limit of 1024 open
-/// files, leaving room for the HTTP server's connections.
-pub const MAX_OPEN: usize = 512;
+use rustc_hash::FxHashMap;
+
+/// What a kept file is, for one pid or tid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// `<pid>/stat`
+    ProcessStat,
+    /// `<pid>/io`
+    Io,
+    /// `<pid>/task/<tid>/stat`
+    ThreadStat,
+    /// `<pid>/task/<tid>/schedstat`
+    Schedstat,
+    /// `<pid>/task/<tid>/children`, read every few samples
+    Children,
+}
+
+impl Kind {
+    /// Samples a file may go unread before it is closed.
+    fn keep_samples(self) -> u64 {
+        match self {
+            Kind::Children => super::children::REFRESH_SAMPLES + 1,
+            // Thread `stat`s are read only when a thread ran (see tasks.rs),
+            // and at least every REFRESH_SAMPLES samples.
+            Kind::ThreadStat => super::tasks::REFRESH_SAMPLES + 1,
+            _ => 1,
+        }
+    }
+}
+
+/// The most files kept open when the limit on open files is the usual 1024.
+const MIN_OPEN: usize = 512;
+/// Open files left to the rest of the daemon (HTTP connections, NVML, logs).
+const RESERVE: u64 = 1024;
+/// The most files kept open whatever the limit.
+const MAX_OPEN: usize = 65_536;
 
 #[derive(Debug, Default)]
 pub struct OpenFiles {
     enabled: bool,
+    max_open: usize,
     sample: u64,
-    /// path -> (open file, sample last read in)
-    files: HashMap<PathBuf, (File, u64)>,
+    /// (pid or tid, kind) -> (open file, sample last read in)
+    files: FxHashMap<(u32, Kind), (File, u64)>,
 }
 
 impl Clone for OpenFiles {
@@ -34,6 +72,7 @@ impl Clone for OpenFiles {
     fn clone(&self) -> Self {
         OpenFiles {
             enabled: self.enabled,
+            max_open: self.max_open,
             ..OpenFiles::default()
         }
     }
@@ -48,14 +87,21 @@ impl OpenFiles {
             .unwrap_or(false);
         OpenFiles {
             enabled,
+            max_open: max_open(),
             ..OpenFiles::default()
         }
     }
 
-    /// Starts a sample: closes the files not read in the previous one.
+    /// Whether files are kept open (a real procfs).
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// Starts a sample: closes the files not read for their kind's period.
     pub fn begin(&mut self) {
-        let previous = self.sample;
-        self.files.retain(|_, (_, used)| *used == previous);
+        let now = self.sample;
+        self.files
+            .retain(|(_, kind), (_, used)| now - *used < kind.keep_samples());
         self.sample += 1;
     }
 
@@ -65,25 +111,59 @@ impl OpenFiles {
         self.files.len()
     }
 
-    /// Reads all of `path` into `buf` (grown as needed); returns the length.
-    pub fn read(&mut self, path: &Path, buf: &mut Vec<u8>) -> io::Result<usize> {
-        if let Some((file, used)) = self.files.get_mut(path) {
+    /// Reads all of the file `(id, kind)` into `buf` (grown as needed),
+    /// opening `path()` when it is not open. Returns the length and whether
+    /// the file was freshly opened.
+    pub fn read(
+        &mut self,
+        id: u32,
+        kind: Kind,
+        path: impl FnOnce() -> PathBuf,
+        buf: &mut Vec<u8>,
+    ) -> io::Result<(usize, bool)> {
+        if let Some((file, used)) = self.files.get_mut(&(id, kind)) {
             *used = self.sample;
             match read_all_at(file, buf) {
-                Ok(len) => return Ok(len),
+                Ok(len) => return Ok((len, false)),
                 // Gone, or any other failure: answer as a fresh open would.
                 Err(_) => {
-                    self.files.remove(path);
+                    self.files.remove(&(id, kind));
                 }
             }
         }
-        let file = File::open(path)?;
+        let file = File::open(path())?;
         let len = read_all_at(&file, buf)?;
-        if self.enabled && self.files.len() < MAX_OPEN {
-            self.files.insert(path.to_path_buf(), (file, self.sample));
+        if self.enabled && self.files.len() < self.max_open {
+            self.files.insert((id, kind), (file, self.sample));
         }
-        Ok(len)
+        Ok((len, true))
     }
+}
+
+/// Raises the soft limit on open files to the hard one (systemd's default
+/// soft limit is 1024, its hard limit 524288), so that many jobs' files can
+/// be kept open. Returns the soft limit now in force. Call it before the
+/// first [`crate::proc::ProcReader`] is made.
+pub fn raise_open_files_limit() -> Option<u64> {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.current != limit.maximum {
+        limit.current = limit.maximum;
+        if let Err(e) = setrlimit(Resource::Nofile, limit) {
+            tracing::debug!(error = %e, "cannot raise the limit on open files");
+        }
+    }
+    getrlimit(Resource::Nofile).current
+}
+
+/// Half of what the soft limit on open files leaves after the reserve, at
+/// least [`MIN_OPEN`] and at most [`MAX_OPEN`].
+fn max_open() -> usize {
+    let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .unwrap_or(u64::MAX);
+    let spare = usize::try_from(soft.saturating_sub(RESERVE) / 2).unwrap_or(MAX_OPEN);
+    spare.clamp(MIN_OPEN, MAX_OPEN)
 }
 
 /// The whole file from offset 0. procfs generates these files in one go,
@@ -126,13 +206,24 @@ mod tests {
         let (mut child, path) = sleeper();
         let mut buf = Vec::new();
         files.begin();
-        let len = files.read(&path, &mut buf).unwrap();
-        assert!(buf[..len].starts_with(format!("{} (", child.id()).as_bytes()));
+        let id = child.id();
+        let (len, fresh) = files
+            .read(id, Kind::ProcessStat, || path.clone(), &mut buf)
+            .unwrap();
+        assert!(buf[..len].starts_with(format!("{id} (").as_bytes()));
+        assert!(fresh);
         assert_eq!(files.len(), 1);
+        files.begin();
+        let (_, fresh) = files
+            .read(id, Kind::ProcessStat, || unreachable!(), &mut buf)
+            .unwrap();
+        assert!(!fresh, "kept open: no path built, no open");
         files.begin();
         child.kill().unwrap();
         child.wait().unwrap();
-        let err = files.read(&path, &mut buf).unwrap_err();
+        let err = files
+            .read(id, Kind::ProcessStat, || path.clone(), &mut buf)
+            .unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::NotFound, "{err}");
         assert_eq!(files.len(), 0, "the stale file is closed");
     }
@@ -141,9 +232,12 @@ mod tests {
     fn a_kept_file_reads_fresh_content_each_time() {
         let mut files = OpenFiles::for_root(Path::new("/proc"));
         let (mut child, path) = sleeper();
+        let id = child.id();
         let state = |files: &mut OpenFiles| {
             let mut buf = Vec::new();
-            let len = files.read(&path, &mut buf).unwrap();
+            let (len, _) = files
+                .read(id, Kind::ProcessStat, || path.clone(), &mut buf)
+                .unwrap();
             let text = String::from_utf8_lossy(&buf[..len]).into_owned();
             text.rsplit_once(") ").unwrap().1.chars().next().unwrap()
         };
@@ -171,14 +265,28 @@ mod tests {
     fn files_not_read_in_a_sample_are_closed() {
         let mut files = OpenFiles::for_root(Path::new("/proc"));
         let mut buf = Vec::new();
+        let me = std::process::id();
+        let stat = || PathBuf::from("/proc/self/stat");
+        let children = || PathBuf::from(format!("/proc/self/task/{me}/children"));
         files.begin();
-        files.read(Path::new("/proc/self/stat"), &mut buf).unwrap();
-        files.read(Path::new("/proc/self/io"), &mut buf).unwrap();
-        assert_eq!(files.len(), 2);
+        files.read(me, Kind::ProcessStat, stat, &mut buf).unwrap();
+        files
+            .read(me, Kind::Io, || PathBuf::from("/proc/self/io"), &mut buf)
+            .unwrap();
+        files.read(me, Kind::Children, children, &mut buf).unwrap();
+        assert_eq!(files.len(), 3);
         files.begin();
-        files.read(Path::new("/proc/self/stat"), &mut buf).unwrap();
+        files.read(me, Kind::ProcessStat, stat, &mut buf).unwrap();
         files.begin();
-        assert_eq!(files.len(), 1, "io was not read in the previous sample");
+        assert_eq!(files.len(), 2, "io was not read in the previous sample");
+        for _ in 0..super::super::children::REFRESH_SAMPLES {
+            files.begin();
+        }
+        assert_eq!(
+            files.len(),
+            0,
+            "children files are kept until their next read is due"
+        );
     }
 
     #[test]
@@ -189,12 +297,16 @@ mod tests {
         let mut files = OpenFiles::for_root(dir.path());
         let mut buf = Vec::new();
         files.begin();
-        let len = files.read(&path, &mut buf).unwrap();
+        let (len, _) = files
+            .read(1, Kind::ProcessStat, || path.clone(), &mut buf)
+            .unwrap();
         assert_eq!(&buf[..len], b"1 (x) S");
         assert_eq!(files.len(), 0);
         std::fs::remove_file(&path).unwrap();
         assert!(
-            files.read(&path, &mut buf).is_err(),
+            files
+                .read(1, Kind::ProcessStat, || path.clone(), &mut buf)
+                .is_err(),
             "a removed file is gone"
         );
     }

@@ -4,11 +4,11 @@
 
 use std::fs::File;
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use procfs::{FromRead, ProcErrorExt, ProcResult};
+use procfs::ProcResult;
 
-use super::open_files::{OpenFiles, read_all_at};
+use super::open_files::{Kind, OpenFiles, read_all_at};
 
 /// A reusable read buffer.
 pub struct Buffer(Vec<u8>);
@@ -26,28 +26,19 @@ impl Buffer {
         Ok(&self.0[..len])
     }
 
-    /// Reads and parses `path` with procfs's parser for `T`.
-    pub fn parse<T: FromRead>(&mut self, path: &Path) -> ProcResult<T> {
-        let bytes = self
-            .read(path)
-            .map_err(|e| procfs::ProcError::from(e).error_path(path))?;
-        T::from_read(bytes)
-    }
-
-    /// Like [`Buffer::parse`], through a file kept open in `files`.
-    pub fn parse_kept<T: FromRead>(&mut self, files: &mut OpenFiles, path: &Path) -> ProcResult<T> {
-        let len = files
-            .read(path, &mut self.0)
-            .map_err(|e| procfs::ProcError::from(e).error_path(path))?;
-        T::from_read(&self.0[..len])
-    }
-
-    /// Whitespace-separated pids (a `children` file).
-    pub fn pids(&mut self, path: &Path) -> ProcResult<Vec<u32>> {
-        let bytes = self
-            .read(path)
-            .map_err(|e| procfs::ProcError::from(e).error_path(path))?;
-        parse_pids(bytes).map_err(|e| procfs::ProcError::Other(format!("{}: {e}", path.display())))
+    /// The file `(id, kind)` through `files` (see `open_files.rs`), and
+    /// whether it was freshly opened.
+    pub fn kept(
+        &mut self,
+        files: &mut OpenFiles,
+        id: u32,
+        kind: Kind,
+        path: impl FnOnce() -> PathBuf,
+    ) -> ProcResult<(&[u8], bool)> {
+        let (len, fresh) = files
+            .read(id, kind, path, &mut self.0)
+            .map_err(procfs::ProcError::from)?;
+        Ok((&self.0[..len], fresh))
     }
 }
 

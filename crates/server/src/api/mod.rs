@@ -3,6 +3,7 @@
 
 pub mod health;
 pub mod history;
+pub mod metrics_body;
 pub mod page;
 pub mod router;
 pub mod stacks;

@@ -5,14 +5,14 @@ use std::time::Instant;
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::get;
 use tower_http::CompressionLevel;
 use tower_http::compression::CompressionLayer;
 
 use super::state::AppState;
-use super::{health, history, page, stacks, status};
+use super::{health, history, metrics_body, page, stacks, status};
 use crate::metrics;
 
 pub fn router(state: AppState) -> Router {
@@ -33,22 +33,27 @@ pub fn router(state: AppState) -> Router {
 async fn metrics_handler(State(state): State<AppState>, headers: HeaderMap) -> Response {
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
     let format = metrics::Format::negotiate(accept);
+    let encoding = headers
+        .get(header::ACCEPT_ENCODING)
+        .and_then(|v| v.to_str().ok());
+    let gzip = metrics_body::accepts_gzip(encoding);
     let latest = state.latest.borrow().clone();
-    match latest {
-        Some(latest) => (
-            [(header::CONTENT_TYPE, format.content_type())],
-            metrics::render(
-                metrics::Scrape {
-                    snapshot: latest.snapshot,
-                    diagnosis: latest.diagnosis,
-                    max_processes: state.max_processes,
-                },
-                format,
-            ),
-        )
-            .into_response(),
-        None => (StatusCode::SERVICE_UNAVAILABLE, "no sample taken yet\n").into_response(),
+    let Some(latest) = latest else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "no sample taken yet\n").into_response();
+    };
+    let scrape = metrics::Scrape {
+        snapshot: latest.snapshot,
+        diagnosis: latest.diagnosis,
+        max_processes: state.max_processes,
+    };
+    let body = state.metrics.body(scrape, format, gzip);
+    let mut response = ([(header::CONTENT_TYPE, format.content_type())], body).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::VARY, HeaderValue::from_static("accept-encoding"));
+    if gzip {
+        headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
     }
+    response
 }
 
 async fn healthz_handler(State(state): State<AppState>) -> Response {

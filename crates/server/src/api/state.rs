@@ -1,8 +1,10 @@
 //! What every handler gets: the latest published sample, the engine, the stacks
 //! thread and the settings the routes need. Built by `commands::run`.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use super::metrics_body::MetricsBodies;
 use crate::config::StacksConfig;
 use crate::sampling::sampler::{LatestRx, SharedEngine};
 use crate::sampling::stacks::Stacks;
@@ -16,4 +18,6 @@ pub struct AppState {
     /// The stacks thread, unless `[stacks] enabled = false`.
     pub stacks: Option<Stacks>,
     pub stacks_config: StacksConfig,
+    /// `/metrics` bodies of the latest sample.
+    pub metrics: Arc<MetricsBodies>,
 }

@@ -82,6 +82,9 @@ fn serve(config: Config, web: WebConfig, record_frames: Option<PathBuf>) -> anyh
         let listener = tokio::net::TcpListener::bind(config.server.listen)
             .await
             .with_context(|| format!("cannot listen on {}", config.server.listen))?;
+        // Room to keep the jobs' /proc files open (see the collector's open_files.rs).
+        let open_files = collector::proc::raise_open_files_limit();
+        tracing::debug!(?open_files, "limit on open files");
         let collector = Collector::new(
             GpuOptions {
                 library: config.nvml_library(),
@@ -128,6 +131,7 @@ fn serve(config: Config, web: WebConfig, record_frames: Option<PathBuf>) -> anyh
             max_processes: config.gpu.max_processes,
             stacks,
             stacks_config: config.stacks.clone(),
+            metrics: Default::default(),
         });
         tracing::info!(
             listen = %config.server.listen,
