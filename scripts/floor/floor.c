@@ -3,7 +3,8 @@
  * and interval, for scripts/bench-overhead to measure the daemon against.
  *
  * Every interval it makes the NVML calls stallwatch makes per GPU (the same
- * symbols, the same count-then-fill protocol) and reads the /proc files
+ * symbols, the same count-then-fill protocol; the stand-in GPUs of the
+ * benchmark have no GPM and no MIG, so neither costs more than the mode query) and reads the /proc files
  * stallwatch reads per job, process and thread (the same files, kept open and
  * read again from offset 0: each process's `stat` and `io`, each thread's
  * `schedstat` and its `stat` only when the thread ran, is new or every 10
@@ -66,6 +67,7 @@ static ret_t (*Pcie)(dev_t_, int, unsigned *);
 static ret_t (*Compute)(dev_t_, unsigned *, proc_t *);
 static ret_t (*Graphics)(dev_t_, unsigned *, proc_t *);
 static ret_t (*ProcUtil)(dev_t_, putil_t *, unsigned *, unsigned long long);
+static ret_t (*MigMode)(dev_t_, unsigned *, unsigned *);
 
 static void *sym(void *lib, const char *name) {
     void *f = dlsym(lib, name);
@@ -99,6 +101,7 @@ static void load_nvml(const char *path) {
     Compute = sym(lib, "nvmlDeviceGetComputeRunningProcesses_v3");
     Graphics = sym(lib, "nvmlDeviceGetGraphicsRunningProcesses_v3");
     ProcUtil = sym(lib, "nvmlDeviceGetProcessUtilization");
+    MigMode = sym(lib, "nvmlDeviceGetMigMode");
     char version[80];
     if (Init() != 0 || DriverVersion(version, sizeof version) != 0) {
         fprintf(stderr, "floor: NVML did not initialise\n");
@@ -154,6 +157,10 @@ static unsigned read_gpus(void) {
         if (Throttle(d, &e) == 0) sink += e;
         if (Pcie(d, 0, &v) == 0) sink += v;
         if (Pcie(d, 1, &v) == 0) sink += v;
+        /* MIG: the mode, through a handle of its own as the daemon does */
+        dev_t_ parent;
+        unsigned current, pending;
+        if (Handle(i, &parent) == 0 && MigMode(parent, &current, &pending) == 0) sink += current;
         unsigned n = process_list(Compute, d, procs, 256);
         n += process_list(Graphics, d, procs + n, 256);
         for (unsigned k = 0; k < n && npids < MAX_PIDS; k++) {
