@@ -65,6 +65,7 @@ pub fn derive(prev: Option<(&Sample, &Snapshot)>, cur: &Sample) -> Snapshot {
         jobs,
         host: derive_host(prev.map(|(p, _)| &p.host), &cur.host),
         errors_total,
+        kernel_log: cur.kernel_log,
     }
 }
 
@@ -102,6 +103,9 @@ fn derive_gpu(gpu: &GpuSample, comms: &HashMap<u32, &str>) -> GpuSnapshot {
         pcie_transmit_bytes_per_second: gpu.pcie_transmit_bytes_per_second,
         pcie_receive_bytes_per_second: gpu.pcie_receive_bytes_per_second,
         processes,
+        health: gpu.health,
+        xid_errors_total: gpu.xid_errors.clone(),
+        last_xid: gpu.last_xid.clone(),
     }
 }
 

@@ -23,6 +23,8 @@ pub struct Snapshot {
     pub host: HostSnapshot,
     /// Read errors since the daemon started, by source.
     pub errors_total: ErrorCounts,
+    #[serde(default)]
+    pub kernel_log: crate::faults::KernelLogState,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -48,6 +50,14 @@ pub struct GpuSnapshot {
     pub pcie_receive_bytes_per_second: Option<f64>,
     /// Processes on this GPU, largest GPU memory first.
     pub processes: Vec<GpuProcessSnapshot>,
+    /// Memory, NVLink and recovery state (`None`: the device reports none).
+    #[serde(default)]
+    pub health: Option<crate::faults::health::GpuHealth>,
+    /// Xid errors since the daemon started, by Xid.
+    #[serde(default)]
+    pub xid_errors_total: std::collections::BTreeMap<u32, u64>,
+    #[serde(default)]
+    pub last_xid: Option<crate::faults::ledger::XidRecord>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -6,6 +6,7 @@
 //! only once the hung request has returned, so threads never pile up.
 
 mod device;
+mod health;
 mod worker;
 
 use std::path::PathBuf;
