@@ -17,6 +17,7 @@ mod codes;
 mod compat;
 mod device;
 mod extras;
+mod health;
 mod pci;
 mod power;
 mod process;
@@ -25,6 +26,7 @@ mod state;
 mod system;
 mod telemetry;
 mod watch;
+mod xids;
 
 /// Parses a scenario file's text as the library does on each load, then asks
 /// it what the exports ask: each fault's lookup on every GPU, and each GPU's

@@ -17,6 +17,9 @@ pub struct Scenario {
     pub init_error: Option<ErrorCode>,
     pub gpus: Vec<Gpu>,
     pub faults: Vec<Fault>,
+    /// A file the library appends the driver's `NVRM: Xid` lines to when a
+    /// scripted Xid happens, as the driver writes them to the kernel log.
+    pub kernel_log: Option<String>,
 }
 
 impl Default for Scenario {
@@ -28,6 +31,7 @@ impl Default for Scenario {
             init_error: None,
             gpus: Vec::new(),
             faults: Vec::new(),
+            kernel_log: None,
         }
     }
 }
@@ -65,6 +69,11 @@ pub struct Gpu {
     pub cuda_compute_capability: [i32; 2],
     pub unsupported: Vec<Feature>,
     pub processes: Vec<Process>,
+    /// Scripted Xid errors.
+    pub xids: Vec<crate::xids::Xid>,
+    /// ECC, retirement, remapping, NVLink and recovery counters; absent:
+    /// every such field answers `NOT_SUPPORTED`.
+    pub health: Option<crate::health::Health>,
 }
 
 impl Default for Gpu {
@@ -97,6 +106,8 @@ impl Default for Gpu {
             cuda_compute_capability: [9, 0],
             unsupported: Vec::new(),
             processes: Vec::new(),
+            xids: Vec::new(),
+            health: None,
         }
     }
 }
@@ -133,6 +144,7 @@ pub enum Feature {
     CudaComputeCapability,
     Bar1Memory,
     MemoryBusWidth,
+    Events,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]

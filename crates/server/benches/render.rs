@@ -156,6 +156,7 @@ fn gpu(index: u32, tf: f64) -> GpuSample {
                 memory_utilization_ratio: Some(0.1),
             })
             .collect(),
+        ..GpuSample::default()
     }
 }
 
@@ -176,6 +177,7 @@ fn sample(tf: f64) -> Sample {
             gpus: (0..GPUS).map(|g| gpu(g, tf)).collect(),
         },
         jobs: (0..GPUS).map(|j| job(j, tf)).collect(),
+        kernel_log: Default::default(),
         host: HostSample {
             cpu: Some(cpu(1000.0)),
             cores: (0..CORES).map(|c| cpu(500.0 + c as f64)).collect(),

@@ -2,6 +2,7 @@
 //! Nothing here reads NVML or `/proc`; series of exited processes vanish with
 //! the snapshot that no longer holds them.
 
+mod faults;
 mod gpu;
 mod host;
 mod job;
@@ -71,6 +72,7 @@ impl Collector for Scrape {
         let e = &mut encoder;
         own(e, s)?;
         gpu::encode(e, s, self.max_processes)?;
+        faults::encode(e, s)?;
         verdicts::encode(e, &self.diagnosis)?;
         job::encode(e, s, self.max_processes)?;
         host::encode(e, &s.host)
