@@ -2,14 +2,19 @@
 kernel log (once each), the memory, NVLink and recovery series, and a daemon
 that goes on without the kernel log or with a GPU lost."""
 
+import json
 import os
+import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
+from bs4 import BeautifulSoup
 
-from daemon import Daemon, gpu
+import browser
+from daemon import BINARY, Daemon, gpu
+from test_diagnosis import FAST, job  # noqa: F401 (fixture)
 from test_privileges import install_dir, setpriv  # noqa: F401 (fixture)
 
 # The stand-in library's GPU n sits at PCI bus 0x17 + n (daemon.gpu).
@@ -146,3 +151,86 @@ def test_without_kernel_log_access_nvml_events_still_count(install_dir):
         assert "CAP_SYSLOG" in d.logs()
     finally:
         assert d.stop() == 0, d.logs()
+
+
+def status(d):
+    code, _, body = d.get("/api/v1/status")
+    assert code == 200, body
+    return json.loads(body)
+
+
+def events(d):
+    code, _, body = d.get("/api/v1/events")
+    assert code == 200, body
+    return json.loads(body)["events"]
+
+
+def wait_until(what, predicate, timeout=20):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def holding(pid, util=95):
+    return [{"pid": pid, "used_memory_bytes": 8 * 2**30, "sm_util": util}]
+
+
+def test_an_xid_during_a_running_job_is_a_gpu_fault_with_its_action(daemon_factory, job, tmp_path):
+    scenario = {"gpus": [gpu(0, utilization_gpu=95, processes=holding(job.pid)), gpu(1)]}
+    d = daemon_factory(scenario, config=FAST).start()
+    wait_until("the job on GPU 0", lambda: status(d)["gpus"][0]["jobs"])
+    assert not any(a["kind"] == "gpu_fault" for a in status(d)["gpus"][0]["active"])
+    # The driver reports a double-bit ECC error, blaming the job's process.
+    scenario["kernel_log"] = str(d.kmsg_path)
+    scenario["gpus"][0]["xids"] = [{"xid": 48, "pid": job.pid, "name": "python3", "message": "DBE (double bit error)"}]
+    d.set_scenario(scenario)
+    start = wait_until(
+        "a gpu_fault start event",
+        lambda: next((e for e in events(d) if e["kind"] == "gpu_fault" and e["phase"] == "start"), None),
+    )
+    assert start["gpu"] == 0 and start["job"]["pid"] == job.pid
+    fault = start["evidence"]["fault"]
+    assert fault["action"] == "reset_gpu"
+    x = fault["xid"]
+    assert (x["xid"], x["pid"], x["comm"]) == (48, job.pid, "python3"), fault
+    assert "double-bit" in x["meaning"] and x["detail"] == "DBE (double bit error)"
+    assert f"Xid 48 (double-bit (uncorrectable) ECC memory error, pid {job.pid} (python3))" in start["hint"]
+    assert "nvidia-smi -r" in start["hint"]
+    s = status(d)["gpus"][0]
+    assert s["verdict"] == "stalled"
+    assert any(a["kind"] == "gpu_fault" for a in s["active"])
+    m = d.metrics()
+    assert m.value("stallwatch_gpu_stall_active", gpu=0, kind="gpu_fault") == 1
+    assert m.value("stallwatch_gpu_xid_errors_total", gpu=0, xid="48") == 1
+    assert "gpu_fault" in d.logs()
+    # The status page shows the finding with the Xid, the process and the action.
+    dom, _, console = browser.load(d.url + "/", budget_ms=4000)
+    assert console == [], console
+    page = BeautifulSoup(dom, "html.parser")
+    finding = page.select_one('article#gpu-0 li.kind.stall[data-kind="gpu_fault"]')
+    assert finding, page.select_one("article#gpu-0")
+    shown = {div.dt.get_text(strip=True): div.dd.get_text(" ", strip=True) for div in finding.select(".evidence div")}
+    assert shown["fault"].startswith(f"Xid 48: double-bit (uncorrectable) ECC memory error, pid {job.pid} (python3)"), shown
+    assert shown["fault"].endswith("action: reset gpu"), shown
+
+
+def test_check_reports_a_gpu_fault(daemon_factory, job):
+    scenario = {"gpus": [gpu(0, utilization_gpu=95, processes=holding(job.pid))]}
+    d = daemon_factory(scenario, config='[diagnosis]\nwarmup = "1s"\n')
+    scenario["kernel_log"] = str(d.kmsg_path)
+    scenario["gpus"][0]["xids"] = [{"xid": 79, "at_ms": 1500, "pid": job.pid, "name": "python3", "message": "GPU has fallen off the bus."}]
+    d.set_scenario(scenario)
+    env = dict(os.environ, STALLWATCH_FAKE_NVML=str(d.scenario_path))
+    r = subprocess.run(
+        [str(BINARY), "check", "--config", str(d.config_path), "--duration", "6s"],
+        capture_output=True, text=True, timeout=60, env=env,
+    )
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "gpu_fault" in r.stdout, r.stdout
+    assert f"Xid 79 (GPU has fallen off the bus, pid {job.pid} (python3))" in r.stdout, r.stdout
+    assert "Drain the node" in r.stdout, r.stdout

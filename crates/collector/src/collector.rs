@@ -41,7 +41,7 @@ impl Collector {
         let mut gpu = self.gpu.read(timestamp_seconds, &mut errors);
         let mut kernel_log = KernelLogState::Disabled;
         if let Some(faults) = &mut self.faults {
-            faults.drain(&mut gpu.gpus);
+            faults.drain(&mut gpu.gpus, timestamp_seconds);
             kernel_log = faults.kernel_log_state();
         }
         let mut holders: BTreeMap<u32, Vec<u32>> = BTreeMap::new();

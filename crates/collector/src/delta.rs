@@ -106,6 +106,7 @@ fn derive_gpu(gpu: &GpuSample, comms: &HashMap<u32, &str>) -> GpuSnapshot {
         health: gpu.health,
         xid_errors_total: gpu.xid_errors.clone(),
         last_xid: gpu.last_xid.clone(),
+        last_fatal_xid: gpu.last_fatal_xid.clone(),
     }
 }
 

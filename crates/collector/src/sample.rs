@@ -70,6 +70,9 @@ pub struct GpuSample {
     /// The latest of them.
     #[serde(default)]
     pub last_xid: Option<crate::faults::ledger::XidRecord>,
+    /// The latest fatal one (catalogue action other than `none`).
+    #[serde(default)]
+    pub last_fatal_xid: Option<crate::faults::ledger::XidRecord>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -58,6 +58,8 @@ pub struct GpuSnapshot {
     pub xid_errors_total: std::collections::BTreeMap<u32, u64>,
     #[serde(default)]
     pub last_xid: Option<crate::faults::ledger::XidRecord>,
+    #[serde(default)]
+    pub last_fatal_xid: Option<crate::faults::ledger::XidRecord>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -18,10 +18,11 @@ pub enum Kind {
     SharedGpu,
     LeftoverProcess,
     Throttled,
+    GpuFault,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 12] = [
+    pub const ALL: [Kind; 13] = [
         Kind::InputStarved,
         Kind::InputBound,
         Kind::SingleThreadBound,
@@ -34,6 +35,7 @@ impl Kind {
         Kind::SharedGpu,
         Kind::LeftoverProcess,
         Kind::Throttled,
+        Kind::GpuFault,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -50,11 +52,13 @@ impl Kind {
             Kind::SharedGpu => "shared_gpu",
             Kind::LeftoverProcess => "leftover_process",
             Kind::Throttled => "throttled",
+            Kind::GpuFault => "gpu_fault",
         }
     }
 
     /// Kinds that make a GPU's verdict `stalled`: the GPU is idle (or busy
-    /// without progress) because of the job. The others are findings that
+    /// without progress) because of the job, or its job's work was lost to a
+    /// GPU fault. The others are findings that
     /// explain or threaten, shown alongside the verdict.
     pub fn is_stall(self) -> bool {
         matches!(
@@ -66,6 +70,7 @@ impl Kind {
                 | Kind::IoBound
                 | Kind::BusyNoProgress
                 | Kind::IdleNoProgress
+                | Kind::GpuFault
         )
     }
 
@@ -104,7 +109,7 @@ impl Kind {
     pub fn waits_for_warmup(self) -> bool {
         !matches!(
             self,
-            Kind::LeftoverProcess | Kind::Throttled | Kind::GpuMemoryFull
+            Kind::LeftoverProcess | Kind::Throttled | Kind::GpuMemoryFull | Kind::GpuFault
         )
     }
 }

@@ -37,6 +37,9 @@ struct Seen {
 pub struct Ledger {
     counts: HashMap<String, BTreeMap<u32, u64>>,
     last: HashMap<String, XidRecord>,
+    /// The latest fatal Xid (the Xids that follow one, such as 45, do not
+    /// hide it).
+    last_fatal: HashMap<String, XidRecord>,
     recent: VecDeque<Seen>,
 }
 
@@ -70,8 +73,10 @@ impl Ledger {
         if let Some(twin) = twin {
             twin.matched = true;
             // The kernel line names the process: add it to the record.
-            if let Some(last) = self.last.get_mut(&uuid)
-                && last.xid == r.xid
+            for last in [self.last.get_mut(&uuid), self.last_fatal.get_mut(&uuid)]
+                .into_iter()
+                .flatten()
+                .filter(|last| last.xid == r.xid)
             {
                 last.pid = last.pid.or(r.pid);
                 if last.comm.is_none() {
@@ -108,17 +113,18 @@ impl Ledger {
             .or_default()
             .entry(r.xid)
             .or_default() += 1;
-        self.last.insert(
-            uuid.clone(),
-            XidRecord {
-                xid: r.xid,
-                at_seconds: r.at_seconds,
-                pid: r.pid,
-                comm: r.comm,
-                detail: r.detail,
-                source: r.source,
-            },
-        );
+        let record = XidRecord {
+            xid: r.xid,
+            at_seconds: r.at_seconds,
+            pid: r.pid,
+            comm: r.comm,
+            detail: r.detail,
+            source: r.source,
+        };
+        if super::xid::lookup(r.xid).is_some_and(|i| i.fatal()) {
+            self.last_fatal.insert(uuid.clone(), record.clone());
+        }
+        self.last.insert(uuid.clone(), record);
         Outcome::Counted { uuid }
     }
 
@@ -127,8 +133,36 @@ impl Ledger {
         for g in gpus {
             g.xid_errors = self.counts.get(&g.uuid).cloned().unwrap_or_default();
             g.last_xid = self.last.get(&g.uuid).cloned();
+            g.last_fatal_xid = self.last_fatal.get(&g.uuid).cloned();
         }
     }
+}
+
+/// Puts kernel-log lines before NVML events (a line names the process, so
+/// the Xid is recorded with it and the event becomes its twin), and marks the
+/// NVML events younger than `wait` seconds to hold back for their line when
+/// the kernel log is read (`wait_for_lines`).
+pub fn order(
+    mut batch: Vec<XidReport>,
+    now: f64,
+    wait_for_lines: bool,
+    wait: f64,
+) -> Vec<(XidReport, bool)> {
+    batch.sort_by_key(|r| r.source != FaultSource::KernelLog);
+    let lines: Vec<(GpuRef, u32)> = batch
+        .iter()
+        .filter(|r| r.source == FaultSource::KernelLog)
+        .map(|r| (r.gpu.clone(), r.xid))
+        .collect();
+    batch
+        .into_iter()
+        .map(|r| {
+            let young = now - r.at_seconds < wait;
+            let line_seen = lines.iter().any(|(_, x)| *x == r.xid);
+            let hold = wait_for_lines && r.source == FaultSource::Nvml && young && !line_seen;
+            (r, hold)
+        })
+        .collect()
 }
 
 fn find_gpu<'g>(r: &GpuRef, gpus: &'g [GpuSample]) -> Option<&'g GpuSample> {
@@ -216,6 +250,34 @@ mod tests {
         assert!(out[1].xid_errors.is_empty());
         let last = out[0].last_xid.clone().unwrap();
         assert_eq!((last.xid, last.at_seconds), (48, 200.0));
+        // A non-fatal Xid after it (45 follows fatal ones) is the latest, not the fatal one.
+        l.record(
+            report(201.0, pci(0x10), 45, FaultSource::KernelLog, None),
+            &gpus,
+        );
+        l.apply(&mut out);
+        assert_eq!(out[0].last_xid.as_ref().unwrap().xid, 45);
+        assert_eq!(out[0].last_fatal_xid.as_ref().unwrap().xid, 48);
+    }
+
+    #[test]
+    fn events_wait_for_their_line_while_the_kernel_log_is_read() {
+        let nvml = report(
+            10.0,
+            GpuRef::Uuid("GPU-0".into()),
+            48,
+            FaultSource::Nvml,
+            None,
+        );
+        let line = report(10.1, pci(0x10), 48, FaultSource::KernelLog, Some(42));
+        // Alone and young: held; old or without a kernel log: counted.
+        assert!(order(vec![nvml.clone()], 10.5, true, 1.5)[0].1);
+        assert!(!order(vec![nvml.clone()], 12.0, true, 1.5)[0].1);
+        assert!(!order(vec![nvml.clone()], 10.5, false, 1.5)[0].1);
+        // With its line in the batch: the line goes first, nothing is held.
+        let out = order(vec![nvml, line], 10.5, true, 1.5);
+        assert_eq!(out[0].0.source, FaultSource::KernelLog);
+        assert!(out.iter().all(|(_, hold)| !hold));
     }
 
     #[test]

@@ -90,11 +90,17 @@ impl KernelLogState {
     }
 }
 
+/// How long an NVML event waits for its kernel-log line (which names the
+/// process) before it is counted alone, while the kernel log is readable.
+pub const WAIT_FOR_LINE_SECONDS: f64 = 1.5;
+
 /// The receiving end: the sampler drains it once per sample.
 pub struct FaultFeed {
     reports: Receiver<XidReport>,
     kernel_log: Arc<AtomicU8>,
     ledger: Ledger,
+    /// NVML events waiting for their kernel-log line.
+    held: Vec<XidReport>,
 }
 
 impl FaultFeed {
@@ -121,6 +127,7 @@ impl FaultFeed {
             reports,
             kernel_log,
             ledger: Ledger::default(),
+            held: Vec::new(),
         })
     }
 
@@ -130,10 +137,20 @@ impl FaultFeed {
 
     /// Takes the reports that arrived since the last call, counts them on
     /// their GPUs, and writes every GPU's counts into `gpus`.
-    pub fn drain(&mut self, gpus: &mut [GpuSample]) {
-        while let Ok(report) = self.reports.try_recv() {
-            self.ledger.record(report, gpus);
-        }
+    pub fn drain(&mut self, gpus: &mut [GpuSample], now_seconds: f64) {
+        let mut batch = std::mem::take(&mut self.held);
+        batch.extend(self.reports.try_iter());
+        let wait = self.kernel_log_state() == KernelLogState::Readable;
+        self.held = ledger::order(batch, now_seconds, wait, WAIT_FOR_LINE_SECONDS)
+            .into_iter()
+            .filter_map(|(report, hold)| {
+                if hold {
+                    return Some(report);
+                }
+                self.ledger.record(report, gpus);
+                None
+            })
+            .collect();
         self.ledger.apply(gpus);
     }
 }

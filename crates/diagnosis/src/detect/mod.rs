@@ -2,6 +2,7 @@
 //! current frame and says whether its enter and exit conditions hold, with
 //! the evidence it used. Timing (enter/exit times) is the engine's job.
 
+mod fault;
 mod input;
 mod memory;
 mod processes;
@@ -45,6 +46,8 @@ pub struct Ctx<'a> {
     pub bound_active: bool,
     pub starved_enter: bool,
     pub bound_enter: bool,
+    /// The GPU holds a job, or lost its last one within `gpu_fault.job_gone`.
+    pub had_job: bool,
 }
 
 /// A detector's answer for one sample.
@@ -115,5 +118,6 @@ pub fn detect(kind: Kind, ctx: &Ctx) -> Finding {
         Kind::SharedGpu => processes::shared(ctx),
         Kind::LeftoverProcess => processes::leftover(ctx),
         Kind::Throttled => throttle::throttled(ctx),
+        Kind::GpuFault => fault::gpu_fault(ctx),
     }
 }

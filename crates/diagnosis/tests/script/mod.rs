@@ -20,6 +20,7 @@ pub fn gpu(util: f64) -> GpuFrame {
         clock_events: 0,
         temperature_celsius: Some(60.0),
         processes: vec![],
+        ..GpuFrame::default()
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use diagnosis::evidence::Evidence;
+use diagnosis::evidence::{Evidence, FaultEvidence};
 use diagnosis::stacks::{Focus, Outcome, StackReport, describe_spot, thread_line};
 use diagnosis::{Event, GpuStatus, Phase, Verdict};
 
@@ -22,6 +22,32 @@ fn duration(seconds: f64) -> String {
     }
 }
 
+/// A GPU fault in one sentence: the Xid, its meaning and the process the
+/// driver blamed, a failed remapping, the driver's recovery action, and what
+/// to do.
+fn fault(f: &FaultEvidence) -> String {
+    let mut parts = Vec::new();
+    if let Some(x) = &f.xid {
+        let who = match (x.pid, &x.comm) {
+            (Some(pid), Some(comm)) => format!(", pid {pid} ({comm})"),
+            (Some(pid), None) => format!(", pid {pid}"),
+            _ => String::new(),
+        };
+        parts.push(format!(
+            "the GPU reported Xid {} ({}{who})",
+            x.xid, x.meaning
+        ));
+    }
+    if f.row_remap_failure {
+        parts.push("a row remapping failed".to_owned());
+    }
+    if let Some(a) = &f.recovery_action {
+        parts.push(format!("the driver asks for {a}"));
+    }
+    parts.push(format!("action: {}", f.action.replace('_', " ")));
+    parts.join("; ")
+}
+
 /// What the evidence says, as short sentences.
 pub fn describe(e: &Evidence) -> Vec<String> {
     let mut out = Vec::new();
@@ -38,6 +64,9 @@ pub fn describe(e: &Evidence) -> Vec<String> {
             let _ = write!(s, ", busy in {} of samples", pct(busy));
         }
         out.push(s);
+    }
+    if let Some(f) = &e.fault {
+        out.push(fault(f));
     }
     if let Some(cpu) = e.job_cpu_cores {
         out.push(format!("the job used {cpu:.2} CPU cores"));
