@@ -234,3 +234,30 @@ def test_check_reports_a_gpu_fault(daemon_factory, job):
     assert "gpu_fault" in r.stdout, r.stdout
     assert f"Xid 79 (GPU has fallen off the bus, pid {job.pid} (python3))" in r.stdout, r.stdout
     assert "Drain the node" in r.stdout, r.stdout
+
+
+def test_events_come_back_after_the_driver_goes_away(daemon_factory):
+    scenario = {"gpus": [gpu(0)]}
+    d = daemon_factory(scenario).start()
+    time.sleep(1.5)  # the events thread has registered GPU 0
+    # The driver goes away: event waits and device counts fail.
+    scenario["faults"] = [
+        {"call": "nvmlEventSetWait_v2", "error": "driver_not_loaded"},
+        {"call": "nvmlDeviceGetCount", "error": "driver_not_loaded"},
+    ]
+    d.set_scenario(scenario)
+    time.sleep(1.0)
+    before = event_thread_cpu_seconds(d.process.pid)
+    time.sleep(3)
+    used = event_thread_cpu_seconds(d.process.pid) - before
+    assert used < 0.5, f"the events thread used {used:.2f} s of CPU in 3 s without a driver"
+    # It comes back: the thread initialises NVML again and registers the GPU.
+    del scenario["faults"]
+    d.set_scenario(scenario)
+    # An Xid due once the thread has certainly registered again (its pause
+    # between attempts grows to at most 10 s); one due earlier would be history
+    # to the new registration, as with a real driver.
+    scenario["gpus"][0]["xids"] = [{"xid": 95, "at_ms": 11000, "kernel_log": False}]
+    d.set_scenario(scenario)
+    d.wait_for(lambda m: xids(m, gpu=0).get("95") == 1, timeout=20, what="an NVML event after the driver came back")
+    assert "panicked" not in d.logs()

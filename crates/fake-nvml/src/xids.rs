@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 
 use crate::abi::put;
-use crate::call::{Handle, device_call, guard, handle_for};
-use crate::codes::{GPU_IS_LOST, INVALID_ARGUMENT, NOT_SUPPORTED, Ret, UNINITIALIZED};
+use crate::call::{Handle, device_call, guard, handle_for, settle};
+use crate::codes::{GPU_IS_LOST, INVALID_ARGUMENT, NOT_SUPPORTED, Ret};
 use crate::scenario::Feature;
 use crate::state::{self, Loaded};
 
@@ -144,7 +144,12 @@ fn set_index(ev: &Events, set: Handle) -> Result<usize, Ret> {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlEventSetCreate(set: *mut Handle) -> Ret {
     guard(|| {
-        drop(state::lock_ready()?);
+        drop(settle(
+            state::lock_ready()?,
+            "nvmlEventSetCreate",
+            None,
+            state::lock_ready,
+        )?);
         let mut ev = events();
         let id = ev.next_id;
         ev.next_id += 1;
@@ -221,10 +226,12 @@ enum Look {
 }
 
 fn look(set: Handle) -> Result<Look, Ret> {
-    let (st, _) = state::lock();
-    if st.init_count == 0 {
-        return Err(UNINITIALIZED);
-    }
+    let st = settle(
+        state::lock_ready()?,
+        "nvmlEventSetWait_v2",
+        None,
+        state::lock_ready,
+    )?;
     let loaded = st.current()?;
     write_kernel_log(loaded);
     let mut ev = events();

@@ -25,7 +25,12 @@ use super::{FaultSource, GpuRef, XidReport};
 use crate::collector::unix_seconds;
 
 const FIRST_RETRY: Duration = Duration::from_secs(1);
-const MAX_RETRY: Duration = Duration::from_secs(60);
+/// Longest pause between two attempts to initialise NVML for events: the
+/// driver back, events flow again within this.
+const MAX_RETRY: Duration = Duration::from_secs(10);
+/// How often a library without the event calls is looked at again (a
+/// driver upgrade may bring them).
+const NO_EVENTS_RETRY: Duration = Duration::from_secs(60);
 /// How often GPUs without a set are tried again.
 const REGISTER_EVERY: Duration = Duration::from_secs(10);
 /// The shortest wait on one set.
@@ -48,7 +53,6 @@ pub fn run(library: Option<PathBuf>, wait: Duration, tx: Sender<XidReport>) {
         };
         match init {
             Ok(nvml) => {
-                backoff = FIRST_RETRY;
                 match events_missing(&nvml) {
                     Some(missing) => {
                         if logged.as_deref() != Some(missing) {
@@ -59,14 +63,22 @@ pub fn run(library: Option<PathBuf>, wait: Duration, tx: Sender<XidReport>) {
                             logged = Some(missing.to_owned());
                         }
                         drop(nvml);
-                        std::thread::sleep(MAX_RETRY);
+                        std::thread::sleep(NO_EVENTS_RETRY);
                         continue;
                     }
                     None => logged = None,
                 }
-                if watch(&nvml, wait, &tx).is_err() {
-                    return; // the sampler is gone
+                match watch(&nvml, wait, &tx) {
+                    Err(()) => return, // the sampler is gone
+                    // A session that waited on sets starts the backoff over;
+                    // one that never got that far (the driver is still not
+                    // there) waits longer each time.
+                    Ok(true) => backoff = FIRST_RETRY,
+                    Ok(false) => {}
                 }
+                drop(nvml);
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(MAX_RETRY);
             }
             Err(err) => {
                 tracing::debug!(error = %err, "NVML events: NVML not available");
@@ -102,20 +114,21 @@ struct Slot<'n> {
     set: EventSet<'n>,
 }
 
-/// Waits on the GPUs' sets until NVML must be initialised again (`Ok`) or
-/// the receiver is gone (`Err`).
-fn watch(nvml: &Nvml, wait: Duration, tx: &Sender<XidReport>) -> Result<(), ()> {
+/// Waits on the GPUs' sets until NVML must be initialised again (`Ok`, with
+/// whether any set was waited on) or the receiver is gone (`Err`).
+fn watch(nvml: &Nvml, wait: Duration, tx: &Sender<XidReport>) -> Result<bool, ()> {
     let mut slots: Vec<Slot> = Vec::new();
     let mut next_register = Instant::now();
-    let mut failures_in_a_row = 0u32;
+    let mut had_slots = false;
     loop {
+        had_slots |= !slots.is_empty();
         if Instant::now() >= next_register {
             next_register = Instant::now() + REGISTER_EVERY;
             match nvml.device_count() {
                 Ok(count) => register_missing(nvml, count, &mut slots),
                 Err(err) => {
                     tracing::debug!(error = %err, "NVML events: device count failed; initialising again");
-                    return Ok(());
+                    return Ok(had_slots);
                 }
             }
         }
@@ -126,15 +139,16 @@ fn watch(nvml: &Nvml, wait: Duration, tx: &Sender<XidReport>) -> Result<(), ()> 
         let slice = (wait / slots.len() as u32).max(MIN_WAIT);
         let ms = u32::try_from(slice.as_millis()).unwrap_or(u32::MAX);
         let mut failed = Vec::new();
+        let mut driver_gone = false;
+        let mut waited = false;
         for (i, slot) in slots.iter().enumerate() {
             match slot.set.wait(ms) {
                 Ok(data) => {
-                    failures_in_a_row = 0;
                     if let Some(report) = report(slot, &data) {
                         tx.send(report).map_err(|_| ())?;
                     }
                 }
-                Err(NvmlError::Timeout) => failures_in_a_row = 0,
+                Err(NvmlError::Timeout) => waited = true,
                 Err(NvmlError::GpuLost) => {
                     tracing::warn!(
                         gpu = slot.index,
@@ -144,21 +158,25 @@ fn watch(nvml: &Nvml, wait: Duration, tx: &Sender<XidReport>) -> Result<(), ()> 
                 }
                 Err(err) => {
                     tracing::debug!(gpu = slot.index, error = %err, "NVML events: wait failed");
+                    driver_gone |= matches!(
+                        err,
+                        NvmlError::Uninitialized | NvmlError::DriverNotLoaded | NvmlError::Unknown
+                    );
                     failed.push(i);
                 }
             }
         }
-        if !failed.is_empty() {
-            for i in failed.into_iter().rev() {
-                slots.remove(i);
-            }
-            failures_in_a_row += 1;
-            if slots.is_empty() && failures_in_a_row > 1 {
-                // Every set failed twice running: the driver went away.
-                std::thread::sleep(FIRST_RETRY);
-                return Ok(());
-            }
-            // Errors come back at once: never loop on them without a pause.
+        for i in failed.iter().rev() {
+            slots.remove(*i);
+        }
+        if slots.is_empty() && driver_gone {
+            // Every set failed and the driver went away (unloaded or
+            // restarted): initialise NVML again (after the backoff).
+            return Ok(true);
+        }
+        if !waited {
+            // No wait lasted its timeout (errors, or events back to back):
+            // pause, so that nothing the library does can make this spin.
             std::thread::sleep(MIN_WAIT.max(wait / 4));
         }
     }
