@@ -261,3 +261,15 @@ def test_events_come_back_after_the_driver_goes_away(daemon_factory):
     d.set_scenario(scenario)
     d.wait_for(lambda m: xids(m, gpu=0).get("95") == 1, timeout=20, what="an NVML event after the driver came back")
     assert "panicked" not in d.logs()
+
+
+def test_kernel_log_from_a_fifo(daemon_factory, tmp_path):
+    fifo = tmp_path / "kmsg.fifo"
+    os.mkfifo(fifo)
+    d = daemon_factory({"gpus": [gpu(0)]}, config=f'[faults]\nkernel_log = "{fifo}"\n').start()
+    d.wait_for(lambda m: m.has("stallwatch_kernel_log_readable"), what="kernel log state")
+    for n in (1, 2):  # a writer comes, goes, and comes again
+        with open(fifo, "w") as f:
+            f.write(line(0, 43, f", pid={100 + n}, name=python3, Ch 00000010") + "\n")
+        d.wait_for(lambda m: xids(m, gpu=0).get("43") == n, what=f"Xid 43 number {n}")
+    assert d.metrics().value("stallwatch_kernel_log_readable") == 1
