@@ -149,16 +149,16 @@ pub fn order(
     wait: f64,
 ) -> Vec<(XidReport, bool)> {
     batch.sort_by_key(|r| r.source != FaultSource::KernelLog);
-    let lines: Vec<(GpuRef, u32)> = batch
+    let lines: Vec<u32> = batch
         .iter()
         .filter(|r| r.source == FaultSource::KernelLog)
-        .map(|r| (r.gpu.clone(), r.xid))
+        .map(|r| r.xid)
         .collect();
     batch
         .into_iter()
         .map(|r| {
             let young = now - r.at_seconds < wait;
-            let line_seen = lines.iter().any(|(_, x)| *x == r.xid);
+            let line_seen = lines.contains(&r.xid);
             let hold = wait_for_lines && r.source == FaultSource::Nvml && young && !line_seen;
             (r, hold)
         })
