@@ -282,31 +282,11 @@ impl Engine {
             if was_active {
                 state.seconds_total[i] += dt;
             }
-            match transition {
-                Some(Transition::Started { onset }) => {
+            if let Some(event) = event_for(transition, kind, gpu, t, &job_ref, &finding.evidence) {
+                if event.phase == Phase::Start {
                     state.events_total[i] += 1;
-                    events.push(make_event(
-                        Phase::Start,
-                        kind,
-                        gpu,
-                        t,
-                        onset,
-                        &job_ref,
-                        &finding.evidence,
-                    ));
                 }
-                Some(Transition::Ended { since }) => {
-                    events.push(make_event(
-                        Phase::End,
-                        kind,
-                        gpu,
-                        t,
-                        since,
-                        &job_ref,
-                        &finding.evidence,
-                    ));
-                }
-                None => {}
+                events.push(event);
             }
             if state.episodes[i].is_active() {
                 state.evidence[i] = finding.evidence;
@@ -408,31 +388,18 @@ impl Engine {
             state.seconds_total[FAULT] += dt;
         }
         let job_ref = primary_job(gpu, jobs).or(recent_job);
-        match transition {
-            Some(Transition::Started { onset }) => {
+        if let Some(event) = event_for(
+            transition,
+            Kind::GpuFault,
+            gpu,
+            t,
+            &job_ref,
+            &finding.evidence,
+        ) {
+            if event.phase == Phase::Start {
                 state.events_total[FAULT] += 1;
-                events.push(make_event(
-                    Phase::Start,
-                    Kind::GpuFault,
-                    gpu,
-                    t,
-                    onset,
-                    &job_ref,
-                    &finding.evidence,
-                ));
             }
-            Some(Transition::Ended { since }) => {
-                events.push(make_event(
-                    Phase::End,
-                    Kind::GpuFault,
-                    gpu,
-                    t,
-                    since,
-                    &job_ref,
-                    &finding.evidence,
-                ));
-            }
-            None => {}
+            events.push(event);
         }
         if state.episodes[FAULT].is_active() {
             state.fault.clone_from(&finding.evidence.fault);
@@ -542,6 +509,22 @@ impl Engine {
             .cloned()
             .collect()
     }
+}
+
+/// The start or end event of an episode's transition, if there was one.
+fn event_for(
+    transition: Option<Transition>,
+    kind: Kind,
+    gpu: &GpuFrame,
+    t: f64,
+    job: &Option<JobRef>,
+    evidence: &Evidence,
+) -> Option<Event> {
+    let (phase, since) = match transition? {
+        Transition::Started { onset } => (Phase::Start, onset),
+        Transition::Ended { since } => (Phase::End, since),
+    };
+    Some(make_event(phase, kind, gpu, t, since, job, evidence))
 }
 
 fn same_gpu(state: &GpuState, gpu: &GpuFrame) -> bool {

@@ -118,7 +118,7 @@ fn base_hint(kind: Kind, evidence: &Evidence) -> String {
 
 /// What the fault was, in a sentence: the Xid with its meaning and the
 /// process the driver blamed, a failed remapping, the driver's recovery action.
-fn fault_summary(f: &FaultEvidence) -> String {
+pub fn fault_summary(f: &FaultEvidence) -> String {
     let mut parts = Vec::new();
     if let Some(x) = &f.xid {
         let who = match (x.pid, &x.comm) {

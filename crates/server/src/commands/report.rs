@@ -3,7 +3,8 @@
 
 use std::fmt::Write;
 
-use diagnosis::evidence::{Evidence, FaultEvidence};
+use diagnosis::evidence::Evidence;
+use diagnosis::hint::fault_summary;
 use diagnosis::stacks::{Focus, Outcome, StackReport, describe_spot, thread_line};
 use diagnosis::{Event, GpuStatus, Phase, Verdict};
 
@@ -20,32 +21,6 @@ fn duration(seconds: f64) -> String {
         120..=7199 => format!("{}m{:02}s", s / 60, s % 60),
         _ => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
     }
-}
-
-/// A GPU fault in one sentence: the Xid, its meaning and the process the
-/// driver blamed, a failed remapping, the driver's recovery action, and what
-/// to do.
-fn fault(f: &FaultEvidence) -> String {
-    let mut parts = Vec::new();
-    if let Some(x) = &f.xid {
-        let who = match (x.pid, &x.comm) {
-            (Some(pid), Some(comm)) => format!(", pid {pid} ({comm})"),
-            (Some(pid), None) => format!(", pid {pid}"),
-            _ => String::new(),
-        };
-        parts.push(format!(
-            "the GPU reported Xid {} ({}{who})",
-            x.xid, x.meaning
-        ));
-    }
-    if f.row_remap_failure {
-        parts.push("a row remapping failed".to_owned());
-    }
-    if let Some(a) = &f.recovery_action {
-        parts.push(format!("the driver asks for {a}"));
-    }
-    parts.push(format!("action: {}", f.action.replace('_', " ")));
-    parts.join("; ")
 }
 
 /// What the evidence says, as short sentences.
@@ -66,7 +41,11 @@ pub fn describe(e: &Evidence) -> Vec<String> {
         out.push(s);
     }
     if let Some(f) = &e.fault {
-        out.push(fault(f));
+        out.push(format!(
+            "the GPU faulted: {}; action: {}",
+            fault_summary(f),
+            f.action.replace('_', " ")
+        ));
     }
     if let Some(cpu) = e.job_cpu_cores {
         out.push(format!("the job used {cpu:.2} CPU cores"));
