@@ -29,8 +29,9 @@ pub const TIMEOUT: Ret = 10;
 /// `nvmlEventTypeSingleBitEccError`, `...DoubleBitEccError`, `...XidCriticalError`.
 const SUPPORTED: u64 = 0x1 | 0x2 | 0x8;
 const XID_CRITICAL: u64 = 0x8;
-/// How often a waiting call looks for a due Xid.
-const SLICE: Duration = Duration::from_millis(20);
+/// How often a waiting call looks at the scenario file again (it also wakes
+/// when a scripted Xid falls due).
+const SLICE: Duration = Duration::from_millis(250);
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -222,7 +223,8 @@ const _: () = assert!(size_of::<EventData>() == 32);
 enum Look {
     Event(EventData),
     Lost,
-    Nothing,
+    /// Nothing now; the next scripted Xid falls due after this long.
+    Nothing(Option<Duration>),
 }
 
 fn look(set: Handle) -> Result<Look, Ret> {
@@ -237,6 +239,15 @@ fn look(set: Handle) -> Result<Look, Ret> {
     let mut ev = events();
     let i = set_index(&ev, set)?;
     let devices = ev.sets[i].devices.clone();
+    let age = loaded.age();
+    let next_due = devices
+        .iter()
+        .filter_map(|(index, _)| loaded.gpu(*index))
+        .flat_map(|g| g.xids.iter())
+        .map(|x| Duration::from_millis(x.at_ms))
+        .filter(|at| *at > age)
+        .min()
+        .map(|at| at - age);
     for (index, mask) in devices {
         let Some(gpu) = loaded.gpu(index) else {
             continue;
@@ -262,7 +273,7 @@ fn look(set: Handle) -> Result<Look, Ret> {
             return Ok(Look::Event(data));
         }
     }
-    Ok(Look::Nothing)
+    Ok(Look::Nothing(next_due))
 }
 
 #[unsafe(no_mangle)]
@@ -277,17 +288,17 @@ pub unsafe extern "C" fn nvmlEventSetWait_v2(
         }
         let deadline = Instant::now() + Duration::from_millis(u64::from(timeout_ms));
         loop {
-            match look(set)? {
+            let next_due = match look(set)? {
                 // SAFETY: `data` is valid for a write.
                 Look::Event(d) => return unsafe { put(data, d) },
                 Look::Lost => return Err(GPU_IS_LOST),
-                Look::Nothing => {}
-            }
+                Look::Nothing(next_due) => next_due,
+            };
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(TIMEOUT);
             }
-            thread::sleep(left.min(SLICE));
+            thread::sleep(left.min(SLICE).min(next_due.unwrap_or(SLICE)));
         }
     })
 }
