@@ -30,8 +30,13 @@ const THROTTLE_MASK: u64 = crate::detect::THROTTLE_MASK;
 
 const KINDS: usize = Kind::ALL.len();
 /// `Kind::GpuFault`'s place in `Kind::ALL` (and in the per-kind arrays).
-const FAULT: usize = KINDS - 1;
-const _: () = assert!(matches!(Kind::ALL[FAULT], Kind::GpuFault));
+const FAULT: usize = {
+    let mut i = 0;
+    while !matches!(Kind::ALL[i], Kind::GpuFault) {
+        i += 1;
+    }
+    i
+};
 
 #[derive(Debug)]
 struct GpuState {
