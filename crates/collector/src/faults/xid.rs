@@ -208,6 +208,27 @@ mod tests {
     }
 
     #[test]
+    fn the_fatal_xid_alert_names_the_fatal_xids() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../deploy/prometheus/stallwatch.rules.yml"
+        );
+        let rules = std::fs::read_to_string(path).expect("stallwatch.rules.yml");
+        let want: Vec<String> = CATALOGUE
+            .iter()
+            .filter(|i| i.fatal())
+            .map(|i| i.xid.to_string())
+            .collect();
+        let matcher = format!("xid=~\"{}\"", want.join("|"));
+        let alert = rules
+            .split("- alert: StallwatchGPUFatalXid")
+            .nth(1)
+            .and_then(|r| r.split("- alert:").next())
+            .expect("the StallwatchGPUFatalXid alert");
+        assert_eq!(alert.matches(&matcher).count(), 2, "{matcher} in\n{alert}");
+    }
+
+    #[test]
     fn docs_table_matches_the_catalogue() {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/faults.md");
         let doc = std::fs::read_to_string(path).expect("docs/faults.md");
