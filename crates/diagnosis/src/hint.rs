@@ -141,13 +141,18 @@ fn fault_action(f: &FaultEvidence) -> &'static str {
     let job_code = f.xid.as_ref().is_some_and(|x| x.job_code);
     match f.action.as_str() {
         "drain_node" => {
-            "Drain the node (stop scheduling work on it) and reboot it, and restart the             job elsewhere; if the fault comes back, the GPU (or its slot, riser or power) needs             service."
+            "Drain the node (stop scheduling work on it) and reboot it, and restart the job \
+             elsewhere; if the fault comes back, the GPU (or its slot, riser or power) needs \
+             service."
         }
         "reset_gpu" => {
-            "Stop the GPU's jobs and reset it (nvidia-smi -r -i <gpu>, or reload the             driver), then restart the job; if it repeats, the GPU needs service."
+            "Stop the GPU's jobs and reset it (nvidia-smi -r -i <gpu>, or reload the driver), \
+             then restart the job; if it repeats, the GPU needs service."
         }
         _ if job_code => {
-            "Restart the job. This Xid most often comes from the job's own kernels             (an out-of-range index or a bad pointer): run it with CUDA_LAUNCH_BLOCKING=1 to find             the call; a repeat on this GPU only, with other GPUs fine, points at the GPU."
+            "Restart the job. This Xid most often comes from the job's own kernels (an \
+             out-of-range index or a bad pointer): run it with CUDA_LAUNCH_BLOCKING=1 to find \
+             the call; a repeat on this GPU only, with other GPUs fine, points at the GPU."
         }
         _ => "Restart the job; if the fault repeats on this GPU, reset it.",
     }
@@ -156,7 +161,8 @@ fn fault_action(f: &FaultEvidence) -> &'static str {
 fn fault_hint(evidence: &Evidence) -> String {
     match &evidence.fault {
         Some(f) => format!(
-            "The GPU faulted: {}. The job's work on this GPU is lost and will not go on by              itself. {}",
+            "The GPU faulted: {}. The job's work on this GPU is lost and will not go on by \
+             itself. {}",
             fault_summary(f),
             fault_action(f)
         ),
