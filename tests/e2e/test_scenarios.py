@@ -34,6 +34,8 @@ BOUND = {
     "io_bound": 180, "shared_gpu": 180,
     "busy_no_progress": 600 + 60, "idle_no_progress": 600 + 60,  # hang time + a minute
     "leftover_process": 600 + 60, "host_memory_pressure": 120,
+    # The next sample after the Xid, which waits up to 1.5 s (not scaled) for its kernel line.
+    "gpu_fault": 20,
 }
 # The kernel's PSI avg10 is a real 10 s average, whatever the scale.
 PSI_LAG = {"cpu_saturated": 12, "io_bound": 12, "host_memory_pressure": 12}

@@ -29,6 +29,8 @@ class GpuSpec:
     busy_power_w: float = 520.0
     power_limit_w: float = 700.0
     low_power_share: float = 0.1
+    xid: int = 0                  # an Xid the driver reports on this GPU...
+    xid_at_s: float = None        # ...from this (unscaled) time on (None: never)
 
 
 class GpuMeter:

@@ -133,6 +133,11 @@ SCENARIOS = {s.name: s for s in [
     Scenario("busy_hung", "healthy, then a kernel that never ends: 100% util at low power, no output",
              [JobSpec("train", HEALTHY + ["--spin-after-s", str(ONSET)])],
              [Label("busy_no_progress", ONSET)], 900),
+    Scenario("fault_hung", "healthy, then the driver reports Xid 13 (an exception in the job's "
+             "kernel) and the job spins on: 100% util at low power, no output",
+             [JobSpec("train", HEALTHY + ["--spin-after-s", str(ONSET)])],
+             [Label("gpu_fault", ONSET), Label("busy_no_progress", ONSET)], 900,
+             gpus=[GpuSpec(xid=13, xid_at_s=ONSET)]),
     Scenario("idle_hung", "healthy, then the main loop deadlocks: GPU idle, CPU ~0, no output",
              [JobSpec("train", HEALTHY + ["--deadlock-after-s", str(ONSET)])],
              [Label("idle_no_progress", ONSET)], 900),
