@@ -51,7 +51,11 @@ fn a_fatal_xid_during_a_job_is_a_gpu_fault_with_its_action() {
         e.hint
     );
     assert!(e.hint.contains("nvidia-smi -r"), "{}", e.hint);
-    assert!(!e.hint.contains("  "), "one space between words: {}", e.hint);
+    assert!(
+        !e.hint.contains("  "),
+        "one space between words: {}",
+        e.hint
+    );
     let status = &run.engine.status()[0];
     assert_eq!(status.verdict, Verdict::Stalled);
     // It counts for fault_for (1 h), then ends after exit_for.
@@ -123,7 +127,11 @@ fn a_lost_gpu_that_just_lost_its_job_is_a_gpu_fault() {
     assert_eq!(e.job.as_ref().map(|j| j.pid), Some(100), "the job it lost");
     assert_eq!(e.evidence.fault.as_ref().unwrap().action, "drain_node");
     assert!(e.hint.contains("Drain the node"), "{}", e.hint);
-    assert!(!e.hint.contains("  "), "one space between words: {}", e.hint);
+    assert!(
+        !e.hint.contains("  "),
+        "one space between words: {}",
+        e.hint
+    );
     assert_eq!(run.engine.status()[0].verdict, Verdict::Unknown);
 }
 
@@ -173,5 +181,9 @@ fn a_job_code_xid_says_to_look_at_the_job() {
     let e = &run.events[0];
     assert_eq!(e.kind, Kind::GpuFault);
     assert!(e.hint.contains("CUDA_LAUNCH_BLOCKING=1"), "{}", e.hint);
-    assert!(!e.hint.contains("  "), "one space between words: {}", e.hint);
+    assert!(
+        !e.hint.contains("  "),
+        "one space between words: {}",
+        e.hint
+    );
 }
