@@ -131,3 +131,89 @@ pub unsafe extern "C" fn nvmlDeviceGetNvLinkErrorCounter(
         },
     )
 }
+
+/// Pages retired for `cause` (0: multiple single-bit errors, 1: a double-bit
+/// error), as many as `health` counts: made-up addresses and times.
+fn retired(gpu: &Gpu, cause: c_uint) -> Result<Vec<(u64, u64)>, Ret> {
+    let h = health(gpu)?;
+    let n = match cause {
+        0 => h.retired_pages_single_bit,
+        1 => h.retired_pages_double_bit,
+        _ => return Err(INVALID_ARGUMENT),
+    };
+    Ok((0..n.min(4096))
+        .map(|i| {
+            (
+                (u64::from(cause) << 32) + 0x1000 * (i + 1),
+                1_700_000_000 + i,
+            )
+        })
+        .collect())
+}
+
+/// The count-then-fill protocol: a `count` too small for the pages answers
+/// `INSUFFICIENT_SIZE` with the count needed.
+///
+/// # Safety
+/// `count` is null or valid for a read and a write; `addresses` (and
+/// `timestamps`, when not null) are valid for `*count` writes.
+unsafe fn fill_pages(
+    pages: Vec<(u64, u64)>,
+    count: *mut c_uint,
+    addresses: *mut u64,
+    timestamps: *mut u64,
+) -> Result<(), Ret> {
+    if count.is_null() {
+        return Err(INVALID_ARGUMENT);
+    }
+    let n = c_uint::try_from(pages.len()).unwrap_or(c_uint::MAX);
+    // SAFETY: per this function's contract.
+    unsafe {
+        if *count < n {
+            *count = n;
+            return Err(crate::codes::INSUFFICIENT_SIZE);
+        }
+        if n > 0 && addresses.is_null() {
+            return Err(INVALID_ARGUMENT);
+        }
+        for (i, (address, time)) in pages.into_iter().enumerate() {
+            addresses.add(i).write_unaligned(address);
+            if !timestamps.is_null() {
+                timestamps.add(i).write_unaligned(time);
+            }
+        }
+        *count = n;
+    }
+    Ok(())
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetRetiredPages(
+    device: Handle,
+    cause: c_uint,
+    count: *mut c_uint,
+    addresses: *mut u64,
+) -> Ret {
+    device_call(
+        "nvmlDeviceGetRetiredPages",
+        device,
+        None,
+        |_, _, g| unsafe { fill_pages(retired(g, cause)?, count, addresses, std::ptr::null_mut()) },
+    )
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetRetiredPages_v2(
+    device: Handle,
+    cause: c_uint,
+    count: *mut c_uint,
+    addresses: *mut u64,
+    timestamps: *mut u64,
+) -> Ret {
+    device_call(
+        "nvmlDeviceGetRetiredPages_v2",
+        device,
+        None,
+        |_, _, g| unsafe { fill_pages(retired(g, cause)?, count, addresses, timestamps) },
+    )
+}

@@ -7,6 +7,8 @@ use std::time::Instant;
 
 use common::{ScenarioFile, init, ms};
 use nvml_wrapper::bitmasks::event::EventTypes;
+use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError, RetirementCause};
+use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
 use nvml_wrapper::enums::device::SampleValue;
 use nvml_wrapper::enums::event::XidError;
 use nvml_wrapper::error::NvmlError;
@@ -21,7 +23,7 @@ fn xids_arrive_as_events_and_kernel_log_lines() {
         json!({
             "kernel_log": log,
             "gpus": [
-                {"xids": xids, "health": {"ecc_uncorrected": 2, "row_remap_failure": true,
+                {"xids": xids, "health": {"ecc_uncorrected": 2, "row_remap_failure": true, "retired_pages_double_bit": 3,
                                           "nvlink_replay_errors": 9, "recovery_action": 1}},
                 {"lost": lost, "unsupported": ["events"]}
             ]
@@ -94,6 +96,40 @@ fn xids_arrive_as_events_and_kernel_log_lines() {
         })
         .collect();
     assert_eq!(got, [Some(2), Some(1), Some(9), Some(1), Some(0), None]);
+
+    // The dedicated calls answer from the same counters.
+    assert_eq!(
+        d0.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile)
+            .unwrap(),
+        2
+    );
+    let pages = d0
+        .retired_pages(RetirementCause::DoubleBitEccError)
+        .unwrap();
+    assert_eq!(pages.len(), 3);
+    assert!(pages.windows(2).all(|w| w[0].address < w[1].address));
+    assert!(
+        d0.retired_pages(RetirementCause::MultipleSingleBitEccErrors)
+            .unwrap()
+            .is_empty()
+    );
+    assert!(!d0.are_pages_pending_retired().unwrap());
+    assert_eq!(
+        d0.link_wrapper_for(0)
+            .error_counter(ErrorCounter::DlReplay)
+            .unwrap(),
+        9
+    );
+    assert_eq!(
+        d0.link_wrapper_for(1)
+            .error_counter(ErrorCounter::DlReplay)
+            .unwrap(),
+        0
+    );
+    assert!(matches!(
+        d1.retired_pages(RetirementCause::DoubleBitEccError),
+        Err(NvmlError::NotSupported)
+    ));
 
     // A lost GPU fails the wait at once; freeing the set works.
     let set1 = d1.register_events(
