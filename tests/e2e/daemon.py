@@ -124,6 +124,12 @@ class Daemon:
         self.config_path = tmp_path / "config.toml"
         self.log_path = tmp_path / "daemon.log"
         self.interval = interval
+        # The kernel log the daemon follows: a plain file the stand-in library
+        # (the scenario's "kernel_log") or the test appends driver lines to.
+        self.kmsg_path = tmp_path / "kmsg"
+        self.kmsg_path.touch()
+        if "[faults]" not in config:
+            config += f'[faults]\nkernel_log = "{self.kmsg_path}"\nevent_wait = "100ms"\n'
         if scenario is not None:
             self.set_scenario(scenario)
         self.config_path.write_text(
@@ -137,6 +143,12 @@ class Daemon:
 
     def set_scenario(self, scenario):
         write_json_atomically(self.scenario_path, scenario)
+
+    def kernel_log(self, *lines):
+        """Appends lines (str or bytes) to the kernel log the daemon follows."""
+        with open(self.kmsg_path, "ab") as f:
+            for line in lines:
+                f.write((line.encode() if isinstance(line, str) else line) + b"\n")
 
     def start(self, wait=True, args=(), log_level="info"):
         env = dict(os.environ, STALLWATCH_FAKE_NVML=str(self.scenario_path), RUST_LOG=log_level)

@@ -70,7 +70,7 @@ def test_starved_gpu_is_diagnosed_and_recovers(daemon_factory, job):
     assert m.value("stallwatch_gpu_stall_active", kind="input_starved", **labels) == 1
     assert m.value("stallwatch_gpu_stall_events_total", kind="input_starved", **labels) == 1
     assert m.value("stallwatch_gpu_stall_active", kind="busy_no_progress", **labels) == 0
-    assert len(m.find("stallwatch_gpu_stall_active", gpu="1")) == 14, "every kind on every GPU"
+    assert len(m.find("stallwatch_gpu_stall_active", gpu="1")) == 15, "every kind on every GPU"
     assert m.value("stallwatch_gpu_job_idle_seconds_total", **labels) > 0
     # Events: the start, with job, evidence and hint; one structured log line.
     code, _, body = d.get("/api/v1/events")

@@ -40,7 +40,13 @@ SCENARIO = {
                 {"pid": 5151, "used_memory_bytes": 512 * 2**20, "sm_util": 0},
             ],
         ),
-        gpu(1, name="NVIDIA A100-SXM4-40GB", memory_total_bytes=40 * 2**30, unsupported=["pcie"]),
+        gpu(
+            1,
+            name="NVIDIA A100-SXM4-40GB",
+            memory_total_bytes=40 * 2**30,
+            unsupported=["pcie"],
+            health={"ecc_corrected": 3, "remapped_rows_correctable": 1, "nvlink_replay_errors": 2},
+        ),
     ],
 }
 

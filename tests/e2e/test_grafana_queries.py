@@ -76,6 +76,10 @@ class Stack:
         self.pids = {"starved": starved.pid, "healthy": healthy.pid, "hung": hung.pid}
         scenario = {"gpus": [held_by(0, starved.pid, 1), held_by(1, healthy.pid, 92),
                              held_by(2, hung.pid, 0)]}
+        # Fault series on every GPU: health counters, and an Xid on GPU 0.
+        for g in scenario["gpus"]:
+            g["health"] = {"ecc_corrected": 2, "nvlink_replay_errors": 1, "row_remap_pending": True, "recovery_action": 0}
+        scenario["gpus"][0]["xids"] = [{"xid": 63, "at_ms": 2000}]
         (self.tmp / "daemon").mkdir()
         self.daemon = Daemon(self.tmp / "daemon", scenario, config=CONFIG).start()
         self.instance = f"127.0.0.1:{self.daemon.port}"
@@ -87,6 +91,7 @@ class Stack:
             'stallwatch_gpu_stall_active{gpu="2", kind="idle_no_progress"} == 1',
             'instance_kind:stallwatch_gpu_stall_seconds:rate5m{kind="input_starved"} > 0',
             'stallwatch_job_top_thread_cpu_ratio{thread="spinner"}',
+            'stallwatch_gpu_xid_errors_total{gpu="0", xid="63"} == 1',
             # Both stalled jobs in a few rule evaluations, as a range query needs.
             "count(count_over_time(instance_pid_comm:stallwatch_job_stalled_gpus:count[1m]) > 3) == 2",
         ):

@@ -17,7 +17,7 @@ from test_jobs import SPINNER, kill_group, wait_ready
 from unit_file import unit_capabilities
 
 NOBODY = 65534
-CAP_BITS = {"sys_ptrace": 19, "dac_read_search": 2}
+CAP_BITS = {"sys_ptrace": 19, "dac_read_search": 2, "syslog": 34}
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0, reason="needs root: the job must belong to root and the daemon to nobody"

@@ -105,7 +105,7 @@ def test_every_rule_has_unit_tests_that_fire_and_stay_quiet():
 
 
 def test_alerts_carry_severity_gpu_job_hint_and_runbook():
-    docs = {"diagnosis.md": anchors("docs/diagnosis.md"), "fleet.md": anchors("docs/fleet.md")}
+    docs = {name: anchors(f"docs/{name}") for name in ("diagnosis.md", "fleet.md", "faults.md")}
     for a in alerts():
         name, ann = a["alert"], a["annotations"]
         assert a["labels"]["severity"] in ("critical", "warning"), name

@@ -35,6 +35,8 @@ BOUND = {
     "busy_no_progress": 600 + 60, "idle_no_progress": 600 + 60,  # hang time + a minute
     "leftover_process": 600 + 60, "host_memory_pressure": 120,
     "spinning": 180, "launch_bound": 300 + 60 + 30,  # window + enter time + slack
+    # The next sample after the Xid, which waits up to 1.5 s (not scaled) for its kernel line.
+    "gpu_fault": 20,
 }
 # The kernel's PSI avg10 is a real 10 s average, whatever the scale.
 PSI_LAG = {"cpu_saturated": 12, "io_bound": 12, "host_memory_pressure": 12}

@@ -35,6 +35,8 @@ class GpuSpec:
     # MIG on: the GPU is one MIG instance (GPU instance 1, compute instance 0) holding
     # the processes, with the GPM activity; no utilization.gpu (as on a real MIG GPU).
     mig: bool = False
+    xid: int = 0                  # an Xid the driver reports on this GPU...
+    xid_at_s: float = None        # ...from this (unscaled) time on (None: never)
 
 
 class GpuMeter:

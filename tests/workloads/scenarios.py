@@ -150,6 +150,11 @@ SCENARIOS = {s.name: s for s in [
              "starves it: SM activity ~2%",
              [JobSpec("train", HEALTHY + STALL + then(workers=1, sleep_ms=60, python_work_ms=8))],
              [Label("input_starved", ONSET, gpu=MIG_0_1_0)], 360, gpus=[GpuSpec(mig=True)]),
+    Scenario("fault_hung", "healthy, then the driver reports Xid 13 (an exception in the job's "
+             "kernel) and the job spins on: 100% util at low power, no output",
+             [JobSpec("train", HEALTHY + ["--spin-after-s", str(ONSET)])],
+             [Label("gpu_fault", ONSET), Label("spinning", ONSET), Label("busy_no_progress", ONSET)], 900,
+             gpus=[GpuSpec(xid=13, xid_at_s=ONSET)]),
     Scenario("idle_hung", "healthy, then the main loop deadlocks: GPU idle, CPU ~0, no output",
              [JobSpec("train", HEALTHY + ["--deadlock-after-s", str(ONSET)])],
              [Label("idle_no_progress", ONSET)], 900),

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use crate::error::CollectError;
+use crate::faults::{FaultFeed, FaultOptions, KernelLogState};
 use crate::gpu::{GpuOptions, GpuSource};
 use crate::proc::ProcReader;
 use crate::sample::{ErrorCounts, Sample};
@@ -12,6 +13,7 @@ use crate::sample::{ErrorCounts, Sample};
 pub struct Collector {
     gpu: GpuSource,
     proc: ProcReader,
+    faults: Option<FaultFeed>,
 }
 
 impl Collector {
@@ -19,7 +21,15 @@ impl Collector {
         Ok(Collector {
             proc: ProcReader::new(procfs_root)?,
             gpu: GpuSource::start(gpu)?,
+            faults: None,
         })
+    }
+
+    /// Also watches for GPU faults: NVML events and the kernel log, on
+    /// threads of their own.
+    pub fn with_faults(mut self, options: FaultOptions) -> Result<Self, CollectError> {
+        self.faults = Some(FaultFeed::start(options)?);
+        Ok(self)
     }
 
     /// Takes one raw sample. Never fails: what cannot be read is left out and
@@ -28,7 +38,12 @@ impl Collector {
         let started = Instant::now();
         let timestamp_seconds = unix_seconds(SystemTime::now());
         let mut errors = ErrorCounts::default();
-        let gpu = self.gpu.read(timestamp_seconds, &mut errors);
+        let mut gpu = self.gpu.read(timestamp_seconds, &mut errors);
+        let mut kernel_log = KernelLogState::Disabled;
+        if let Some(faults) = &mut self.faults {
+            faults.drain(&mut gpu.gpus, timestamp_seconds);
+            kernel_log = faults.kernel_log_state();
+        }
         let mut holders: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
         for g in gpu.gpus.iter().filter(|g| g.up) {
             for p in &g.processes {
@@ -45,6 +60,7 @@ impl Collector {
             jobs,
             host,
             errors,
+            kernel_log,
         }
     }
 }

@@ -65,6 +65,7 @@ pub fn derive(prev: Option<(&Sample, &Snapshot)>, cur: &Sample) -> Snapshot {
         jobs,
         host: derive_host(prev.map(|(p, _)| &p.host), &cur.host),
         errors_total,
+        kernel_log: cur.kernel_log,
     }
 }
 
@@ -105,6 +106,10 @@ fn derive_gpu(gpu: &GpuSample, comms: &HashMap<u32, &str>) -> GpuSnapshot {
         gpm_supported: gpu.gpm_supported,
         gpm: gpu.gpm,
         mig: gpu.mig.clone(),
+        health: gpu.health,
+        xid_errors_total: gpu.xid_errors.clone(),
+        last_xid: gpu.last_xid.clone(),
+        last_fatal_xid: gpu.last_fatal_xid.clone(),
     }
 }
 

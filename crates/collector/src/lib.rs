@@ -7,6 +7,7 @@
 pub mod collector;
 pub mod delta;
 pub mod error;
+pub mod faults;
 pub mod gpu;
 pub mod proc;
 pub mod sample;

@@ -16,6 +16,9 @@ pub struct Sample {
     pub host: HostSample,
     /// Read errors met while taking this sample, by source.
     pub errors: ErrorCounts,
+    /// Whether the kernel log (Xid lines) is being read.
+    #[serde(default)]
+    pub kernel_log: crate::faults::KernelLogState,
 }
 
 /// The state of NVML and every GPU it reported.
@@ -58,6 +61,18 @@ pub struct GpuSample {
     pub pcie_transmit_bytes_per_second: Option<f64>,
     pub pcie_receive_bytes_per_second: Option<f64>,
     pub processes: Vec<GpuProcessSample>,
+    /// Memory, NVLink and recovery state; `None` when the device reports none.
+    #[serde(default)]
+    pub health: Option<crate::faults::health::GpuHealth>,
+    /// Xid errors counted on this GPU since the daemon started, by Xid.
+    #[serde(default)]
+    pub xid_errors: std::collections::BTreeMap<u32, u64>,
+    /// The latest of them.
+    #[serde(default)]
+    pub last_xid: Option<crate::faults::ledger::XidRecord>,
+    /// The latest fatal one (catalogue action other than `none`).
+    #[serde(default)]
+    pub last_fatal_xid: Option<crate::faults::ledger::XidRecord>,
     /// Whether the GPU has GPM (`None` until asked, or when NVML is too old).
     #[serde(default)]
     pub gpm_supported: Option<bool>,

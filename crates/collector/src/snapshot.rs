@@ -25,6 +25,8 @@ pub struct Snapshot {
     pub host: HostSnapshot,
     /// Read errors since the daemon started, by source.
     pub errors_total: ErrorCounts,
+    #[serde(default)]
+    pub kernel_log: crate::faults::KernelLogState,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -59,6 +61,16 @@ pub struct GpuSnapshot {
     /// Set for a MIG instance.
     #[serde(default)]
     pub mig: Option<MigIdentity>,
+    /// Memory, NVLink and recovery state (`None`: the device reports none).
+    #[serde(default)]
+    pub health: Option<crate::faults::health::GpuHealth>,
+    /// Xid errors since the daemon started, by Xid.
+    #[serde(default)]
+    pub xid_errors_total: std::collections::BTreeMap<u32, u64>,
+    #[serde(default)]
+    pub last_xid: Option<crate::faults::ledger::XidRecord>,
+    #[serde(default)]
+    pub last_fatal_xid: Option<crate::faults::ledger::XidRecord>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -33,6 +33,34 @@ fn proc_text_corpus_never_panics() {
     assert!(count > 0, "{} is empty", dir.display());
 }
 
+/// fuzz/corpus/kernel_log/ through fuzz/fuzz_targets/kernel_log.rs's checks.
+#[test]
+fn kernel_log_corpus_never_panics() {
+    use collector::faults::Lines;
+    use collector::faults::kmsg::{PciAddr, parse_line};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/kernel_log");
+    let mut parsed = 0;
+    for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let data = std::fs::read(entry.expect("corpus entry").path()).expect("corpus file");
+        let (cut, bytes) = match data.split_first() {
+            Some((c, rest)) => (usize::from(*c).min(rest.len()), rest),
+            None => (0, &data[..]),
+        };
+        let mut lines = Lines::default();
+        let mut all = lines.feed(&bytes[..cut]);
+        all.extend(lines.feed(&bytes[cut..]));
+        for line in all.iter().map(Vec::as_slice).chain([bytes]) {
+            if let Some(x) = parse_line(line) {
+                assert!(x.comm.as_ref().is_none_or(|c| c.chars().count() <= 32));
+                assert!(x.detail.chars().count() <= 160);
+                assert_eq!(PciAddr::parse(&x.pci.to_string()), Some(x.pci));
+                parsed += 1;
+            }
+        }
+    }
+    assert!(parsed > 0, "no input in {} is an Xid line", dir.display());
+}
+
 /// Found by the fuzzer: procfs cuts the first 5 bytes off a pressure line
 /// unchecked, which panicked inside a multi-byte character.
 #[test]

@@ -63,6 +63,7 @@ config_struct!(
         throttled: Throttled = Throttled::default(),
         spinning: Spinning = Spinning::default(),
         launch_bound: LaunchBound = LaunchBound::default(),
+        gpu_fault: GpuFault = GpuFault::default(),
     }
 );
 
@@ -349,6 +350,28 @@ config_struct!(
     }
 );
 
+config_struct!(
+    /// A fault the job's work does not survive: a fatal Xid, a failed row
+    /// remapping, or a recovery action the driver asks for, on a GPU with a
+    /// job (or that lost it a moment ago).
+    GpuFault {
+        enabled: bool = true,
+        /// A fatal Xid counts this long after it was reported: as long as
+        /// the longest hang time, so a job that hangs after the fault is
+        /// still explained by it.
+        #[serde(with = "humantime_serde")]
+        fault_for: Duration = secs(3600),
+        /// A GPU whose job went away this recently still counts as having one
+        /// (the fault may have killed it, or the GPU fell off the bus).
+        #[serde(with = "humantime_serde")]
+        job_gone: Duration = secs(300),
+        #[serde(with = "humantime_serde")]
+        enter_for: Duration = Duration::ZERO,
+        #[serde(with = "humantime_serde")]
+        exit_for: Duration = secs(60),
+    }
+);
+
 /// What every kind's section under `[diagnosis.<kind>]` has: its switch, its
 /// times and the values that are ratios. `timing`, `fitted_to` and `validate`
 /// read every kind through it, and `sections!` below is the one table from a
@@ -438,6 +461,7 @@ kind_config!(
     window,
     [min_utilization, max_sm_active, exit_sm_active]
 );
+kind_config!(GpuFault, []);
 
 /// A leftover process counts after `idle_for` without SM activity, read on its
 /// own (`leftover_idle_seconds`); it has no window or enter time, and `fitted_to`
@@ -498,6 +522,7 @@ sections! {
     Throttled => throttled,
     Spinning => spinning,
     LaunchBound => launch_bound,
+    GpuFault => gpu_fault,
 }
 
 /// Longest any time may be once multiplied by `time_scale`. Far beyond any
@@ -532,6 +557,15 @@ impl DiagnosisConfig {
 
     pub fn leftover_idle_seconds(&self) -> f64 {
         self.scaled(self.leftover_process.idle_for)
+    }
+
+    /// How long a fatal Xid counts, and how long a GPU that lost its job
+    /// still counts as having one (gpu_fault), in seconds.
+    pub fn fault_seconds(&self) -> (f64, f64) {
+        (
+            self.scaled(self.gpu_fault.fault_for),
+            self.scaled(self.gpu_fault.job_gone),
+        )
     }
 
     /// Enabled flag, window, enter and exit times of a kind, in seconds.
@@ -604,6 +638,8 @@ impl DiagnosisConfig {
             ("hang_min", hang_min),
             ("hang_max", hang_max),
             ("leftover_process.idle_for", self.leftover_idle_seconds()),
+            ("gpu_fault.fault_for", self.fault_seconds().0),
+            ("gpu_fault.job_gone", self.fault_seconds().1),
         ] {
             if too_long(seconds) {
                 return Err(format!(

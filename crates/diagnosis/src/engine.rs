@@ -5,14 +5,14 @@ use std::collections::VecDeque;
 
 use crate::config::DiagnosisConfig;
 use crate::detect::{Ctx, detect};
-use crate::evidence::Evidence;
+use crate::evidence::{Evidence, FaultEvidence};
 use crate::frame::{Frame, GpuFrame, JobFrame};
 use crate::hint::hint;
 use crate::hysteresis::{Episode, Transition};
 use crate::processes;
 use crate::report::{job_status, make_event, primary_job};
 use crate::stacks::StackReport;
-use crate::status::{ActiveKind, Event, GpuStatus, JobStatus, KindCounters, Phase};
+use crate::status::{ActiveKind, Event, GpuStatus, JobRef, JobStatus, KindCounters, Phase};
 use crate::tracking::{ProcessActivity, Progress};
 use crate::window::{ActivitySignal, History, Point};
 use crate::{Kind, Verdict};
@@ -28,15 +28,25 @@ const BASELINE_KEPT: usize = 120;
 
 const THROTTLE_MASK: u64 = crate::detect::THROTTLE_MASK;
 
+const KINDS: usize = Kind::ALL.len();
+/// `Kind::GpuFault`'s place in `Kind::ALL` (and in the per-kind arrays).
+const FAULT: usize = {
+    let mut i = 0;
+    while !matches!(Kind::ALL[i], Kind::GpuFault) {
+        i += 1;
+    }
+    i
+};
+
 #[derive(Debug)]
 struct GpuState {
     index: u32,
     uuid: String,
     history: History,
-    episodes: [Episode; Kind::ALL.len()],
-    evidence: [Evidence; Kind::ALL.len()],
-    seconds_total: [f64; Kind::ALL.len()],
-    events_total: [u64; Kind::ALL.len()],
+    episodes: [Episode; KINDS],
+    evidence: [Evidence; KINDS],
+    seconds_total: [f64; KINDS],
+    events_total: [u64; KINDS],
     verdict: Verdict,
     verdict_since: f64,
     job_idle_seconds_total: f64,
@@ -49,6 +59,11 @@ struct GpuState {
     /// Python stacks sampled for the current episodes of the kinds that want
     /// them; cleared when none of those is active.
     stacks: Option<StackReport>,
+    /// The job last seen on the GPU and when: a fault may take the job (or
+    /// the GPU) away before it is diagnosed.
+    last_job: Option<(JobRef, f64)>,
+    /// The fault behind an active gpu_fault episode, for the hang kinds.
+    fault: Option<FaultEvidence>,
 }
 
 impl GpuState {
@@ -59,8 +74,8 @@ impl GpuState {
             history: History::default(),
             episodes: Default::default(),
             evidence: Default::default(),
-            seconds_total: [0.0; Kind::ALL.len()],
-            events_total: [0; Kind::ALL.len()],
+            seconds_total: [0.0; KINDS],
+            events_total: [0; KINDS],
             verdict: Verdict::Unknown,
             verdict_since: t,
             job_idle_seconds_total: 0.0,
@@ -70,6 +85,8 @@ impl GpuState {
             last_t: None,
             jobs: Vec::new(),
             stacks: None,
+            last_job: None,
+            fault: None,
         }
     }
 
@@ -149,6 +166,8 @@ impl Engine {
         state.last_t = Some(t);
         state.index = gpu.index;
         if !gpu.fresh {
+            // A fault may be why the GPU stopped answering (Xid 79).
+            self.observe_fault(state, gpu, frame, &[], dt, events);
             state.set_verdict(Verdict::Unknown, t);
             return;
         }
@@ -174,6 +193,7 @@ impl Engine {
             .filter(|j| t - j.start_time >= warmup)
             .collect();
         let sharers = processes::sharers(config, gpu, &jobs);
+        self.observe_fault(state, gpu, frame, &jobs, dt, events);
 
         // Progress of the GPU's warmed-up jobs: the most recent output counts.
         let silent = warmed
@@ -230,18 +250,25 @@ impl Engine {
             bound_active: false,
             starved_enter: false,
             bound_enter: false,
+            had_job: !jobs.is_empty(),
         };
         let all_warming = !jobs.is_empty() && warmed.is_empty();
         let job_ref = primary_job(gpu, &jobs);
         for (i, kind) in Kind::ALL.into_iter().enumerate() {
             let timing = config.timing(kind);
-            if !timing.enabled {
+            if !timing.enabled || kind == Kind::GpuFault {
                 continue;
             }
             let was_active = state.episodes[i].is_active();
             let mut finding = detect(kind, &ctx);
             if kind.wants_stacks() {
                 finding.evidence.stacks.clone_from(&state.stacks);
+            }
+            if matches!(
+                kind,
+                Kind::BusyNoProgress | Kind::IdleNoProgress | Kind::Spinning
+            ) {
+                finding.evidence.fault.clone_from(&state.fault);
             }
             if kind.waits_for_warmup() && (all_warming || warmed.is_empty()) {
                 finding.condition.enter = false;
@@ -263,31 +290,11 @@ impl Engine {
             if was_active {
                 state.seconds_total[i] += dt;
             }
-            match transition {
-                Some(Transition::Started { onset }) => {
+            if let Some(event) = event_for(transition, kind, gpu, t, &job_ref, &finding.evidence) {
+                if event.phase == Phase::Start {
                     state.events_total[i] += 1;
-                    events.push(make_event(
-                        Phase::Start,
-                        kind,
-                        gpu,
-                        t,
-                        onset,
-                        &job_ref,
-                        &finding.evidence,
-                    ));
                 }
-                Some(Transition::Ended { since }) => {
-                    events.push(make_event(
-                        Phase::End,
-                        kind,
-                        gpu,
-                        t,
-                        since,
-                        &job_ref,
-                        &finding.evidence,
-                    ));
-                }
-                None => {}
+                events.push(event);
             }
             if state.episodes[i].is_active() {
                 state.evidence[i] = finding.evidence;
@@ -327,6 +334,87 @@ impl Engine {
         };
         state.set_verdict(verdict, t);
         state.jobs = jobs.iter().map(|j| job_status(j, gpu, t, warmup)).collect();
+    }
+
+    /// The gpu_fault kind, judged on every frame the GPU is in, fresh or
+    /// not: a GPU that fell off the bus does not answer, and its job is gone.
+    fn observe_fault(
+        &self,
+        state: &mut GpuState,
+        gpu: &GpuFrame,
+        frame: &Frame,
+        jobs: &[&JobFrame],
+        dt: f64,
+        events: &mut Vec<Event>,
+    ) {
+        let config = &self.config;
+        let t = frame.t;
+        let timing = config.timing(Kind::GpuFault);
+        if !timing.enabled {
+            return;
+        }
+        let (_, job_gone) = config.fault_seconds();
+        if let Some(job) = primary_job(gpu, jobs) {
+            state.last_job = Some((job, t));
+        }
+        let recent_job = state
+            .last_job
+            .as_ref()
+            .filter(|(_, seen)| t - seen <= job_gone)
+            .map(|(job, _)| job.clone());
+        let finding = {
+            let ctx = Ctx {
+                config,
+                t,
+                gpu,
+                jobs: jobs.to_vec(),
+                host: &frame.host,
+                history: &state.history,
+                silent_seconds: None,
+                hang_seconds: 0.0,
+                power_baseline: None,
+                leftovers: Vec::new(),
+                sharers: Vec::new(),
+                starved_active: false,
+                bound_active: false,
+                starved_enter: false,
+                bound_enter: false,
+                had_job: recent_job.is_some(),
+            };
+            detect(Kind::GpuFault, &ctx)
+        };
+        let was_active = state.episodes[FAULT].is_active();
+        let transition = state.episodes[FAULT].update(
+            t,
+            finding.condition,
+            timing.enter_for,
+            timing.exit_for,
+            true,
+            false,
+        );
+        if was_active {
+            state.seconds_total[FAULT] += dt;
+        }
+        let job_ref = primary_job(gpu, jobs).or(recent_job);
+        if let Some(event) = event_for(
+            transition,
+            Kind::GpuFault,
+            gpu,
+            t,
+            &job_ref,
+            &finding.evidence,
+        ) {
+            if event.phase == Phase::Start {
+                state.events_total[FAULT] += 1;
+            }
+            events.push(event);
+        }
+        if state.episodes[FAULT].is_active() {
+            state.fault.clone_from(&finding.evidence.fault);
+            state.evidence[FAULT] = finding.evidence;
+        } else {
+            state.fault = None;
+        }
     }
 
     /// Attaches a stack report to the GPU's active episodes that want stacks
@@ -429,6 +517,22 @@ impl Engine {
             .cloned()
             .collect()
     }
+}
+
+/// The start or end event of an episode's transition, if there was one.
+fn event_for(
+    transition: Option<Transition>,
+    kind: Kind,
+    gpu: &GpuFrame,
+    t: f64,
+    job: &Option<JobRef>,
+    evidence: &Evidence,
+) -> Option<Event> {
+    let (phase, since) = match transition? {
+        Transition::Started { onset } => (Phase::Start, onset),
+        Transition::Ended { since } => (Phase::End, since),
+    };
+    Some(make_event(phase, kind, gpu, t, since, job, evidence))
 }
 
 fn same_gpu(state: &GpuState, gpu: &GpuFrame) -> bool {

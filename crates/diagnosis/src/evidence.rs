@@ -95,10 +95,29 @@ pub struct Evidence {
     pub clock_event_reasons: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temperature_celsius: Option<f64>,
+    /// The GPU fault behind a gpu_fault finding (and behind a hang that
+    /// follows one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fault: Option<FaultEvidence>,
     /// Python stacks of the process that owns the busiest thread (or of the
     /// job, for the no-progress kinds), sampled when the episode started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stacks: Option<crate::stacks::StackReport>,
+}
+
+/// What a GPU fault was and what to do about it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FaultEvidence {
+    /// The latest fatal Xid, if one is behind the fault.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xid: Option<crate::frame::XidFrame>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub row_remap_failure: bool,
+    /// The driver's recommended recovery action, when not `none`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery_action: Option<String>,
+    /// What to do: `restart_job`, `reset_gpu` or `drain_node`.
+    pub action: String,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -48,6 +48,39 @@ pub struct GpuFrame {
     pub nvlink_bytes_per_second: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pcie_bytes_per_second: Option<f64>,
+    /// The latest fatal Xid error on the GPU (absent from frames without one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xid: Option<XidFrame>,
+    /// A row remapping failed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub row_remap_failure: bool,
+    /// The driver's recommended recovery action, when it is not `none`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery_action: Option<String>,
+}
+
+/// An Xid error, with its catalogue entry.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct XidFrame {
+    pub xid: u32,
+    /// When it was reported, seconds since the epoch.
+    pub t: f64,
+    /// The process the driver blamed (from the kernel log).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comm: Option<String>,
+    pub meaning: String,
+    /// `restart_job`, `reset_gpu`, `drain_node` or `none`.
+    pub action: String,
+    /// The job's work on the GPU is lost (action other than `none`).
+    pub fatal: bool,
+    /// Most often caused by the job's own code.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub job_code: bool,
+    /// The driver's own words, shortened.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub detail: String,
 }
 
 /// A process holding a context on the GPU, as NVML reports it.

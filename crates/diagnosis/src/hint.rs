@@ -1,7 +1,7 @@
 //! What to tell the user for each finding, in plain words.
 
 use crate::Kind;
-use crate::evidence::Evidence;
+use crate::evidence::{Evidence, FaultEvidence};
 use crate::stacks::Outcome;
 
 fn base_hint(kind: Kind, evidence: &Evidence) -> String {
@@ -123,6 +123,7 @@ fn base_hint(kind: Kind, evidence: &Evidence) -> String {
             torch.compile(mode=\"reduce-overhead\")), torch.compile to fuse small ops, and \
             fewer host syncs (.item(), .cpu(), printing tensors each step)."
             .to_owned(),
+        Kind::GpuFault => fault_hint(evidence),
         Kind::Throttled => {
             let why = if evidence.clock_event_reasons.is_empty() {
                 "power or thermal limits".to_owned()
@@ -137,10 +138,75 @@ fn base_hint(kind: Kind, evidence: &Evidence) -> String {
     }
 }
 
+/// What the fault was, in a sentence: the Xid with its meaning and the
+/// process the driver blamed, a failed remapping, the driver's recovery action.
+pub fn fault_summary(f: &FaultEvidence) -> String {
+    let mut parts = Vec::new();
+    if let Some(x) = &f.xid {
+        let who = match (x.pid, &x.comm) {
+            (Some(pid), Some(comm)) => format!(", pid {pid} ({comm})"),
+            (Some(pid), None) => format!(", pid {pid}"),
+            _ => String::new(),
+        };
+        parts.push(format!("Xid {} ({}{who})", x.xid, x.meaning));
+    }
+    if f.row_remap_failure {
+        parts.push("a failed row remapping".to_owned());
+    }
+    if let Some(a) = &f.recovery_action {
+        parts.push(format!("the driver asks for recovery action {a}"));
+    }
+    parts.join(", and ")
+}
+
+fn fault_action(f: &FaultEvidence) -> &'static str {
+    let job_code = f.xid.as_ref().is_some_and(|x| x.job_code);
+    match f.action.as_str() {
+        "drain_node" => {
+            "Drain the node (stop scheduling work on it) and reboot it, and restart the job \
+             elsewhere; if the fault comes back, the GPU (or its slot, riser or power) needs \
+             service."
+        }
+        "reset_gpu" => {
+            "Stop the GPU's jobs and reset it (nvidia-smi -r -i <gpu>, or reload the driver), \
+             then restart the job; if it repeats, the GPU needs service."
+        }
+        _ if job_code => {
+            "Restart the job. This Xid most often comes from the job's own kernels (an \
+             out-of-range index or a bad pointer): run it with CUDA_LAUNCH_BLOCKING=1 to find \
+             the call; a repeat on this GPU only, with other GPUs fine, points at the GPU."
+        }
+        _ => "Restart the job; if the fault repeats on this GPU, reset it.",
+    }
+}
+
+fn fault_hint(evidence: &Evidence) -> String {
+    match &evidence.fault {
+        Some(f) => format!(
+            "The GPU faulted: {}. The job's work on this GPU is lost and will not go on by \
+             itself. {}",
+            fault_summary(f),
+            fault_action(f)
+        ),
+        None => "The GPU faulted; see docs/faults.md.".to_owned(),
+    }
+}
+
 /// The hint for a finding; where the job's Python stacks were sampled, it
 /// starts with the place they found, and says why when they could not be.
 pub fn hint(kind: Kind, evidence: &Evidence) -> String {
-    let base = base_hint(kind, evidence);
+    let mut base = base_hint(kind, evidence);
+    // A hang after a GPU fault: the fault explains it.
+    if kind != Kind::GpuFault
+        && let Some(f) = &evidence.fault
+    {
+        base = format!(
+            "This GPU faulted ({}): the hang most likely follows from it, not from the job's \
+             code. {} {base}",
+            fault_summary(f),
+            fault_action(f)
+        );
+    }
     match &evidence.stacks {
         Some(s) if s.outcome == Outcome::Sampled => {
             let base = base.replace(

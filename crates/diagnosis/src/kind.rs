@@ -20,10 +20,11 @@ pub enum Kind {
     Throttled,
     Spinning,
     LaunchBound,
+    GpuFault,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 14] = [
+    pub const ALL: [Kind; 15] = [
         Kind::InputStarved,
         Kind::InputBound,
         Kind::SingleThreadBound,
@@ -38,6 +39,7 @@ impl Kind {
         Kind::Throttled,
         Kind::Spinning,
         Kind::LaunchBound,
+        Kind::GpuFault,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -56,11 +58,13 @@ impl Kind {
             Kind::Throttled => "throttled",
             Kind::Spinning => "spinning",
             Kind::LaunchBound => "launch_bound",
+            Kind::GpuFault => "gpu_fault",
         }
     }
 
     /// Kinds that make a GPU's verdict `stalled`: the GPU is idle (or busy
-    /// without progress) because of the job. The others are findings that
+    /// without progress) because of the job, or its job's work was lost to a
+    /// GPU fault. The others are findings that
     /// explain or threaten, shown alongside the verdict.
     pub fn is_stall(self) -> bool {
         matches!(
@@ -73,6 +77,7 @@ impl Kind {
                 | Kind::BusyNoProgress
                 | Kind::IdleNoProgress
                 | Kind::Spinning
+                | Kind::GpuFault
         )
     }
 
@@ -114,7 +119,7 @@ impl Kind {
     pub fn waits_for_warmup(self) -> bool {
         !matches!(
             self,
-            Kind::LeftoverProcess | Kind::Throttled | Kind::GpuMemoryFull
+            Kind::LeftoverProcess | Kind::Throttled | Kind::GpuMemoryFull | Kind::GpuFault
         )
     }
 }

@@ -6,7 +6,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::abi::{Bar1Memory, FieldValue, put};
 use crate::call::{Handle, device_call};
-use crate::codes::{INVALID_ARGUMENT, NOT_SUPPORTED, Ret};
+use crate::codes::{INVALID_ARGUMENT, NOT_SUPPORTED, Ret, SUCCESS};
 use crate::scenario::Feature;
 
 const BAR1_TOTAL_BYTES: u64 = 128 << 30;
@@ -50,34 +50,48 @@ pub unsafe extern "C" fn nvmlDeviceGetDecoderUtilization(
     )
 }
 
-/// Every field answers `NOT_SUPPORTED` in its own `nvmlReturn`; the call succeeds.
+/// The GPU's `health` fields (see `health.rs`); every other field answers
+/// `NOT_SUPPORTED` in its own `nvmlReturn`. The call succeeds.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetFieldValues(
     device: Handle,
     count: c_int,
     values: *mut FieldValue,
 ) -> Ret {
-    device_call("nvmlDeviceGetFieldValues", device, None, |_, _, _| {
-        let count = usize::try_from(count).map_err(|_| INVALID_ARGUMENT)?;
-        if values.is_null() {
-            return Err(INVALID_ARGUMENT);
-        }
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_micros() as i64);
-        for i in 0..count {
-            // SAFETY: the caller passes `count` records.
-            unsafe {
-                let slot = values.add(i);
-                let mut value = slot.read_unaligned();
-                value.timestamp = now;
-                value.latency_usec = 0;
-                value.nvml_return = NOT_SUPPORTED;
-                slot.write_unaligned(value);
+    device_call(
+        "nvmlDeviceGetFieldValues",
+        device,
+        None,
+        |loaded, _, gpu| {
+            crate::xids::write_kernel_log(loaded);
+            let count = usize::try_from(count).map_err(|_| INVALID_ARGUMENT)?;
+            if values.is_null() {
+                return Err(INVALID_ARGUMENT);
             }
-        }
-        Ok(())
-    })
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_micros() as i64);
+            for i in 0..count {
+                // SAFETY: the caller passes `count` records.
+                unsafe {
+                    let slot = values.add(i);
+                    let mut value = slot.read_unaligned();
+                    value.timestamp = now;
+                    value.latency_usec = 0;
+                    match crate::health::field(gpu, value.field_id) {
+                        Some((value_type, v)) => {
+                            value.value_type = value_type;
+                            value.value = v;
+                            value.nvml_return = SUCCESS;
+                        }
+                        None => value.nvml_return = NOT_SUPPORTED,
+                    }
+                    slot.write_unaligned(value);
+                }
+            }
+            Ok(())
+        },
+    )
 }
 
 /// P0.

@@ -31,7 +31,7 @@ pub unsafe extern "C" fn nvmlDeviceGetDriverModel_v2(
     })
 }
 
-/// Zero errors of every kind.
+/// The GPU's `health` counts; zero errors of every kind without one.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetTotalEccErrors(
     device: Handle,
@@ -39,11 +39,16 @@ pub unsafe extern "C" fn nvmlDeviceGetTotalEccErrors(
     counter: c_uint,
     count: *mut u64,
 ) -> Ret {
-    device_call("nvmlDeviceGetTotalEccErrors", device, None, |_, _, _| {
+    device_call("nvmlDeviceGetTotalEccErrors", device, None, |_, _, g| {
         if kind > 1 || counter > 1 {
             return Err(INVALID_ARGUMENT);
         }
-        unsafe { put(count, 0) }
+        let n = if g.health.is_some() {
+            crate::health::total_ecc(g, kind)?
+        } else {
+            0
+        };
+        unsafe { put(count, n) }
     })
 }
 

@@ -19,6 +19,7 @@ mod device;
 mod extras;
 mod gpm;
 mod mig;
+mod health;
 mod pci;
 mod power;
 mod process;
@@ -27,6 +28,7 @@ mod state;
 mod system;
 mod telemetry;
 mod watch;
+mod xids;
 
 /// Parses a scenario file's text as the library does on each load, then asks
 /// it what the exports ask: each fault's lookup on every GPU, and each GPU's

@@ -17,6 +17,9 @@ pub struct Scenario {
     pub init_error: Option<ErrorCode>,
     pub gpus: Vec<Gpu>,
     pub faults: Vec<Fault>,
+    /// A file the library appends the driver's `NVRM: Xid` lines to when a
+    /// scripted Xid happens, as the driver writes them to the kernel log.
+    pub kernel_log: Option<String>,
 }
 
 impl Default for Scenario {
@@ -28,6 +31,7 @@ impl Default for Scenario {
             init_error: None,
             gpus: Vec::new(),
             faults: Vec::new(),
+            kernel_log: None,
         }
     }
 }
@@ -69,6 +73,11 @@ pub struct Gpu {
     pub gpm: Option<Gpm>,
     /// MIG mode on, with these instances; absent: MIG not supported.
     pub mig: Option<Vec<MigInstance>>,
+    /// Scripted Xid errors.
+    pub xids: Vec<crate::xids::Xid>,
+    /// ECC, retirement, remapping, NVLink and recovery counters; absent:
+    /// every such field answers `NOT_SUPPORTED`.
+    pub health: Option<crate::health::Health>,
 }
 
 impl Default for Gpu {
@@ -103,6 +112,8 @@ impl Default for Gpu {
             processes: Vec::new(),
             gpm: None,
             mig: None,
+            xids: Vec::new(),
+            health: None,
         }
     }
 }
@@ -139,6 +150,7 @@ pub enum Feature {
     CudaComputeCapability,
     Bar1Memory,
     MemoryBusWidth,
+    Events,
 }
 
 /// What `nvmlGpmMetricsGet` reports between two samples of the device, in

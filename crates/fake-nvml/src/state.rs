@@ -19,6 +19,11 @@ pub struct Loaded {
 }
 
 impl Loaded {
+    /// How long this version of the scenario has been in use.
+    pub fn age(&self) -> std::time::Duration {
+        self.at.elapsed()
+    }
+
     pub fn gpu(&self, index: usize) -> Option<&Gpu> {
         self.scenario.gpus.get(index)
     }

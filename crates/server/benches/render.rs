@@ -165,7 +165,7 @@ fn gpu(index: u32, tf: f64) -> GpuSample {
             nvlink_transmit_bytes_per_second: Some(1e10),
             nvlink_receive_bytes_per_second: Some(1e10),
         }),
-        mig: None,
+        ..GpuSample::default()
     }
 }
 
@@ -186,6 +186,7 @@ fn sample(tf: f64) -> Sample {
             gpus: (0..GPUS).map(|g| gpu(g, tf)).collect(),
         },
         jobs: (0..GPUS).map(|j| job(j, tf)).collect(),
+        kernel_log: Default::default(),
         host: HostSample {
             cpu: Some(cpu(1000.0)),
             cores: (0..CORES).map(|c| cpu(500.0 + c as f64)).collect(),

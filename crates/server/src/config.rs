@@ -21,6 +21,7 @@ pub struct Config {
     pub procfs: ProcfsConfig,
     pub diagnosis: DiagnosisConfig,
     pub stacks: StacksConfig,
+    pub faults: FaultsConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -291,6 +292,9 @@ impl Config {
         self.stacks
             .validate()
             .map_err(|(key, message)| invalid(key, message))?;
+        self.faults
+            .validate()
+            .map_err(|(key, message)| invalid(key, message))?;
         if self.procfs.root.as_os_str().is_empty() {
             return Err(invalid("procfs.root", "must not be empty"));
         }
@@ -303,6 +307,9 @@ impl Config {
         (!path.as_os_str().is_empty()).then(|| path.clone())
     }
 }
+
+mod faults;
+pub use faults::FaultsConfig;
 
 #[cfg(test)]
 mod tests;

@@ -31,13 +31,13 @@ pub struct DeviceMemo {
 
 /// Collects the outcome of NVML calls on one device: a value, "not supported"
 /// (left out, no error), "GPU lost", or a counted error.
-struct Reader<'e> {
+pub(super) struct Reader<'e> {
     errors: &'e mut ErrorCounts,
     lost: bool,
 }
 
 impl Reader<'_> {
-    fn take<T>(&mut self, result: Result<T, NvmlError>) -> Option<T> {
+    pub(super) fn take<T>(&mut self, result: Result<T, NvmlError>) -> Option<T> {
         match result {
             Ok(v) => Some(v),
             Err(NvmlError::NotSupported | NvmlError::FunctionNotFound) => None,
@@ -139,10 +139,9 @@ pub fn read_device(
             .take(device.pcie_throughput(PcieUtilCounter::Receive))
             .map(kilobytes),
         processes: Vec::new(),
-        gpm_supported: None,
-        gpm: None,
-        mig: None,
+        ..GpuSample::default()
     };
+    sample.health = super::health::read(&device, &mut r);
     sample.processes = read_processes(&device, &mut r, memo);
     let activity = gpm::read(nvml, &device, &mut memo.gpm, r.errors);
     sample.gpm = activity.reading;

@@ -8,6 +8,7 @@
 mod device;
 mod gpm;
 mod mig;
+mod health;
 mod worker;
 
 use std::path::PathBuf;

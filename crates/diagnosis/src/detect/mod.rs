@@ -3,6 +3,7 @@
 //! the evidence it used. Timing (enter/exit times) is the engine's job.
 
 mod activity;
+mod fault;
 mod input;
 mod memory;
 mod processes;
@@ -46,6 +47,8 @@ pub struct Ctx<'a> {
     pub bound_active: bool,
     pub starved_enter: bool,
     pub bound_enter: bool,
+    /// The GPU holds a job, or lost its last one within `gpu_fault.job_gone`.
+    pub had_job: bool,
 }
 
 /// A detector's answer for one sample.
@@ -126,5 +129,6 @@ pub fn detect(kind: Kind, ctx: &Ctx) -> Finding {
         Kind::Throttled => throttle::throttled(ctx),
         Kind::Spinning => activity::spinning(ctx),
         Kind::LaunchBound => activity::launch_bound(ctx),
+        Kind::GpuFault => fault::gpu_fault(ctx),
     }
 }

@@ -65,7 +65,9 @@ pub fn main(args: CheckArgs) -> ExitCode {
             init_retry_max: config.gpu.init_retry_max,
         },
         config.procfs.root.clone(),
-    ) {
+    )
+    .and_then(|c| c.with_faults(config.faults.options(config.nvml_library())))
+    {
         Ok(c) => c,
         Err(e) => {
             eprintln!("stallwatch: {e}");

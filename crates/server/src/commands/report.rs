@@ -4,6 +4,7 @@
 use std::fmt::Write;
 
 use diagnosis::evidence::Evidence;
+use diagnosis::hint::fault_summary;
 use diagnosis::stacks::{Focus, Outcome, StackReport, describe_spot, thread_line};
 use diagnosis::{Event, GpuStatus, Phase, Verdict};
 
@@ -38,6 +39,13 @@ pub fn describe(e: &Evidence) -> Vec<String> {
             let _ = write!(s, ", busy in {} of samples", pct(busy));
         }
         out.push(s);
+    }
+    if let Some(f) = &e.fault {
+        out.push(format!(
+            "the GPU faulted: {}; action: {}",
+            fault_summary(f),
+            f.action.replace('_', " ")
+        ));
     }
     if let Some(cpu) = e.job_cpu_cores {
         out.push(format!("the job used {cpu:.2} CPU cores"));

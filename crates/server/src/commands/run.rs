@@ -93,6 +93,7 @@ fn serve(config: Config, web: WebConfig, record_frames: Option<PathBuf>) -> anyh
             },
             config.procfs.root.clone(),
         )
+        .and_then(|c| c.with_faults(config.faults.options(config.nvml_library())))
         .context("cannot start the collector")?;
         let record = match &record_frames {
             Some(path) => Some(

@@ -3,6 +3,7 @@
 //! the snapshot that no longer holds them.
 
 mod gpm;
+mod faults;
 mod gpu;
 mod host;
 mod job;
@@ -72,6 +73,7 @@ impl Collector for Scrape {
         let e = &mut encoder;
         own(e, s)?;
         gpu::encode(e, s, self.max_processes)?;
+        faults::encode(e, s)?;
         verdicts::encode(e, &self.diagnosis)?;
         job::encode(e, s, self.max_processes)?;
         host::encode(e, &s.host)

@@ -1,8 +1,11 @@
 //! The view of a snapshot the diagnosis engine takes.
 
+use collector::faults::health::RecoveryAction;
+use collector::faults::xid;
 use collector::snapshot::{ClockEventReason, GpuSnapshot, JobSnapshot, Snapshot};
 use diagnosis::frame::{
     Attribution, Frame, GpuFrame, HostFrame, JobFrame, ProcessCpuFrame, ProcessFrame, ThreadFrame,
+    XidFrame,
 };
 
 pub fn from_snapshot(s: &Snapshot) -> Frame {
@@ -63,6 +66,27 @@ fn gpu(g: &GpuSnapshot, nvml_fresh: bool) -> GpuFrame {
                 sm_utilization: p.sm_utilization_ratio,
             })
             .collect(),
+        xid: g.last_fatal_xid.as_ref().map(|x| {
+            let info = xid::lookup(x.xid);
+            let (meaning, action) = xid::describe(x.xid);
+            XidFrame {
+                xid: x.xid,
+                t: x.at_seconds,
+                pid: x.pid,
+                comm: x.comm.clone(),
+                meaning: meaning.to_owned(),
+                action: action.as_str().to_owned(),
+                fatal: info.is_some_and(|i| i.fatal()),
+                job_code: info.is_some_and(|i| i.job_code),
+                detail: x.detail.clone(),
+            }
+        }),
+        row_remap_failure: g.health.is_some_and(|h| h.row_remap_failure == Some(true)),
+        recovery_action: g
+            .health
+            .and_then(|h| h.recovery_action)
+            .filter(|a| *a != RecoveryAction::None)
+            .map(|a| a.as_str().to_owned()),
         sm_active: g.gpm.and_then(|m| m.sm_active_ratio),
         tensor_active: g.gpm.and_then(|m| m.tensor_active_ratio),
         dram_active: g.gpm.and_then(|m| m.dram_active_ratio),
