@@ -7,8 +7,8 @@
 
 mod device;
 mod gpm;
-mod mig;
 mod health;
+mod mig;
 mod worker;
 
 use std::path::PathBuf;

@@ -2,8 +2,8 @@
 //! Nothing here reads NVML or `/proc`; series of exited processes vanish with
 //! the snapshot that no longer holds them.
 
-mod gpm;
 mod faults;
+mod gpm;
 mod gpu;
 mod host;
 mod job;
