@@ -4,7 +4,9 @@
  *
  * Every interval it makes the NVML calls stallwatch makes per GPU (the same
  * symbols, the same count-then-fill protocol; the stand-in GPUs of the
- * benchmark have no GPM and no MIG, so neither costs more than the mode query) and reads the /proc files
+ * benchmark have no GPM and no MIG, so neither costs more than the mode query;
+ * the fault state in one field-values call; and, on a second thread, waits
+ * on each GPU's Xid event set, as the daemon's events thread does) and reads the /proc files
  * stallwatch reads per job, process and thread (the same files, kept open and
  * read again from offset 0: each process's `stat` and `io`, each thread's
  * `schedstat` and its `stat` only when the thread ran, is new or every 10
@@ -12,7 +14,7 @@
  * multi-threaded process listed when its thread count changed, a thread
  * vanished, or every 10 samples), and the host's files. It parses only the
  * fields a monitor uses and keeps nothing else: no history, no diagnosis, no
- * HTTP, one thread.
+ * HTTP.
  *
  *   floor LIBNVML [INTERVAL_MS]
  *
@@ -20,13 +22,14 @@
  * sample: `gpus=N jobs=N processes=N threads=N samples=N` (what it read), so
  * the benchmark can check that it saw the load.
  *
- * Build: cc -O2 -o floor floor.c -ldl
+ * Build: cc -O2 -pthread -o floor floor.c -ldl
  */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -68,6 +71,14 @@ static ret_t (*Compute)(dev_t_, unsigned *, proc_t *);
 static ret_t (*Graphics)(dev_t_, unsigned *, proc_t *);
 static ret_t (*ProcUtil)(dev_t_, putil_t *, unsigned *, unsigned long long);
 static ret_t (*MigMode)(dev_t_, unsigned *, unsigned *);
+typedef struct { unsigned field, scope; long long ts, latency; unsigned type, ret; unsigned long long value; } field_t;
+static ret_t (*Fields)(dev_t_, int, field_t *);
+typedef void *set_t;
+typedef struct { dev_t_ device; unsigned long long type, data; unsigned gi, ci; } event_t;
+static ret_t (*SetCreate)(set_t *);
+static ret_t (*SupportedEvents)(dev_t_, unsigned long long *);
+static ret_t (*Register)(dev_t_, unsigned long long, set_t);
+static ret_t (*Wait)(set_t, event_t *, unsigned);
 
 static void *sym(void *lib, const char *name) {
     void *f = dlsym(lib, name);
@@ -102,6 +113,11 @@ static void load_nvml(const char *path) {
     Graphics = sym(lib, "nvmlDeviceGetGraphicsRunningProcesses_v3");
     ProcUtil = sym(lib, "nvmlDeviceGetProcessUtilization");
     MigMode = sym(lib, "nvmlDeviceGetMigMode");
+    Fields = sym(lib, "nvmlDeviceGetFieldValues");
+    SetCreate = sym(lib, "nvmlEventSetCreate");
+    SupportedEvents = sym(lib, "nvmlDeviceGetSupportedEventTypes");
+    Register = sym(lib, "nvmlDeviceRegisterEvents");
+    Wait = sym(lib, "nvmlEventSetWait_v2");
     char version[80];
     if (Init() != 0 || DriverVersion(version, sizeof version) != 0) {
         fprintf(stderr, "floor: NVML did not initialise\n");
@@ -161,6 +177,12 @@ static unsigned read_gpus(void) {
         dev_t_ parent;
         unsigned current, pending;
         if (Handle(i, &parent) == 0 && MigMode(parent, &current, &pending) == 0) sink += current;
+        /* ECC, retirement, NVLink, remapping and recovery state: one call */
+        static const unsigned ids[] = {3, 4, 29, 30, 31, 38, 45, 52, 59, 142, 143, 144, 145, 230};
+        field_t fields[14] = {0};
+        for (int k = 0; k < 14; k++) fields[k].field = ids[k];
+        if (Fields(d, 14, fields) == 0)
+            for (int k = 0; k < 14; k++) sink += fields[k].value;
         unsigned n = process_list(Compute, d, procs, 256);
         n += process_list(Graphics, d, procs + n, 256);
         for (unsigned k = 0; k < n && npids < MAX_PIDS; k++) {
@@ -184,6 +206,30 @@ static unsigned read_gpus(void) {
                     last_seen[i] = samples[k].ts, sink += samples[k].sm;
     }
     return count;
+}
+
+/* Xid events: an event set per GPU, each waited on in turn for its share of
+ * 500 ms (the daemon's default `faults.event_wait`), on a thread of its own. */
+static void *events(void *arg) {
+    (void)arg;
+    set_t sets[64];
+    unsigned n = 0, count = 0;
+    if (Count(&count) != 0) return NULL;
+    for (unsigned i = 0; i < count && n < 64; i++) {
+        dev_t_ d;
+        unsigned long long types = 0;
+        set_t set;
+        if (Handle(i, &d) != 0 || SupportedEvents(d, &types) != 0 || SetCreate(&set) != 0) continue;
+        if (Register(d, types, set) == 0) sets[n++] = set;
+    }
+    if (n == 0) return NULL;
+    unsigned slice = 500 / n < 20 ? 20 : 500 / n;
+    for (;;)
+        for (unsigned i = 0; i < n; i++) {
+            event_t e;
+            if (Wait(sets[i], &e, slice) == 0) sink += e.data;
+        }
+    return NULL;
 }
 
 /* ---------------------------------------------------------- kept files */
@@ -521,6 +567,8 @@ int main(int argc, char **argv) {
     signal(SIGINT, on_stop);
     signal(SIGUSR1, on_report);
     load_nvml(argv[1]);
+    pthread_t watcher;
+    pthread_create(&watcher, NULL, events, NULL);
     struct timespec next;
     clock_gettime(CLOCK_MONOTONIC, &next);
     unsigned gpus = 0;
