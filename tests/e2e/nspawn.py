@@ -8,7 +8,9 @@ How it is started on machines like CI's (no systemd on the host, the host's
 - `SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1`: the container gets a cgroup v2 tree,
   so its systemd enforces device rules (DevicePolicy=, DeviceAllow=) with BPF
   programs, which need `--capability=CAP_BPF,CAP_NET_ADMIN` and
-  `--system-call-filter=bpf`. The memory and pids controllers stay bound to
+  `--system-call-filter=bpf`. `CAP_SYSLOG`, which nspawn leaves out of a
+  container's set by default, is given back: a booted host has it, and the
+  unit asks for it (the kernel log). The memory and pids controllers stay bound to
   the host's v1 hierarchies, so MemoryMax= and TasksMax= are accepted but not
   enforced in the container.
 - `--volatile=overlay`: the cached root stays untouched, under a tmpfs overlay
@@ -79,7 +81,7 @@ class Container:
                 "--keep-unit",
                 "--private-network",
                 "--console=pipe",
-                "--capability=CAP_BPF,CAP_NET_ADMIN",
+                "--capability=CAP_BPF,CAP_NET_ADMIN,CAP_SYSLOG",
                 "--system-call-filter=bpf",
                 *os.environ.get("NSPAWN_DEBUG_ARGS", "").split(),
             ],

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="systemd-nspawn and dp
 CONFIG = "/etc/stallwatch/config.toml"
 SCENARIO = "/etc/fake-nvml/scenario.json"
 DROP_INS = "/run/systemd/system/stallwatch.service.d"
-CAP_BITS = {"sys_ptrace": 19, "dac_read_search": 2}
+CAP_BITS = {"sys_ptrace": 19, "dac_read_search": 2, "syslog": 34}
 # systemd's range for DynamicUser= (systemd.exec(5)).
 DYNAMIC_UIDS = range(61184, 65520)
 # What `find` leaves out when comparing the container's files before and
@@ -128,7 +128,7 @@ def test_install_enables_and_starts_the_service(box):
     assert box.path(CONFIG).read_text() == (ROOT / "config.example.toml").read_text()
 
 
-def test_the_service_runs_as_a_dynamic_user_with_two_capabilities(box):
+def test_the_service_runs_as_a_dynamic_user_with_the_units_capabilities(box):
     pid = int(props(box, "MainPID")["MainPID"])
     status = proc_status(box, pid)
     uids = {int(u) for u in status["Uid"].split()}
