@@ -268,6 +268,11 @@ impl Walk<'_> {
                 self.read_threads(dir, &new, with_children, &mut threads, &mut children);
             }
         }
+        if reused && !missing {
+            // The kept list held: keep it as it is, listing time included, so
+            // that it is still listed again every REFRESH_SAMPLES samples.
+            return (threads, children);
+        }
         threads.sort_unstable_by_key(|t| t.tid);
         let alive: Vec<u32> = threads.iter().map(|t| t.tid).collect();
         if alive.len() as u64 == stat.num_threads {
