@@ -112,11 +112,23 @@ pub fn mig_index(parent: u32, gpu_instance: u32, compute_instance: u32) -> u32 {
 /// The `gpu` label for an index: the GPU's index, or for a MIG instance
 /// `<parent>/<gpu instance>/<compute instance>`.
 pub fn gpu_label(index: u32) -> String {
-    if index < MIG_INDEX_BASE {
-        return index.to_string();
+    GpuLabel(index).to_string()
+}
+
+/// The `gpu` label of an index, written where it is displayed (no string
+/// made for it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GpuLabel(pub u32);
+
+impl std::fmt::Display for GpuLabel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let index = self.0;
+        if index < MIG_INDEX_BASE {
+            return write!(f, "{index}");
+        }
+        let i = index - MIG_INDEX_BASE;
+        write!(f, "{}/{}/{}", i >> 16, (i >> 8) & 0xff, i & 0xff)
     }
-    let i = index - MIG_INDEX_BASE;
-    format!("{}/{}/{}", i >> 16, (i >> 8) & 0xff, i & 0xff)
 }
 
 /// What the SMs did between two GPM samples (Hopper and later). Ratios 0-1,

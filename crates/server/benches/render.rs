@@ -2,7 +2,8 @@
 //! and what a scrape costs, at the size the performance targets name: 8 GPUs
 //! with 9 processes on each, 8 jobs of 9 processes (20 threads in the
 //! GPU-holding one, 1 in each child). Steps timed: rendering `/metrics`
-//! (both formats), `collector::delta::derive`, the diagnosis frame, and the
+//! (both formats), a gzip scrape's body (render + gzip, as `/metrics` makes
+//! it for a new sample), `collector::delta::derive`, the diagnosis frame, and the
 //! diagnosis engine's `observe` + `status`.
 //!
 //! Plain `Instant` timing (no criterion): a warm-up, then every iteration is
@@ -22,6 +23,7 @@ use collector::sample::{
 };
 use collector::snapshot::Snapshot;
 use diagnosis::{DiagnosisConfig, Engine, GpuStatus};
+use stallwatch::api::metrics_body::MetricsBodies;
 use stallwatch::metrics::{Format, Scrape, render};
 use stallwatch::sampling::frame;
 
@@ -307,6 +309,24 @@ fn main() {
         black_box(render(black_box(scrape()), Format::PrometheusText));
     });
     report("render (Prometheus text)", &stats);
+
+    // What one gzip scrape of a new sample costs the server: the body
+    // rendered and gzipped as `/metrics` makes it (two snapshots in turn, so
+    // that every call is a new sample's first scrape).
+    let bodies = MetricsBodies::default();
+    let other: Arc<Snapshot> = Arc::new((*snap1).clone());
+    let mut flip = false;
+    let gzipped = bodies.body(scrape(), Format::OpenMetrics, true).len();
+    let stats = measure(warmup, iterations, || {
+        flip = !flip;
+        let snapshot = if flip { &other } else { &snap1 }.clone();
+        let s = Scrape {
+            snapshot,
+            ..scrape()
+        };
+        black_box(bodies.body(black_box(s), Format::OpenMetrics, true));
+    });
+    report(&format!("render + gzip ({gzipped} bytes)"), &stats);
 
     let stats = measure(warmup, iterations, || {
         let snap = derive(Some((black_box(&s0), black_box(&snap0))), black_box(&s1));

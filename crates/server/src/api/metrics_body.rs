@@ -3,14 +3,26 @@
 //! servers, a federating agent) gets the same bytes at no cost. The gzip
 //! compressor is kept and reset, not made anew for each response (its
 //! tables were a tenth of a scrape's CPU).
+//!
+//! Scrapers come at a steady interval, so the next scrape of each kind
+//! (format, gzip or not) can be expected: when a sample is published, the
+//! sampler renders the bodies whose next scrape falls before the following
+//! sample ([`MetricsBodies::prepare`]), and the scrape only sends bytes. No
+//! body is rendered that no scrape is expected to take; a scrape that comes
+//! unexpected renders its body itself, as before.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use flate2::{Compress, Compression, FlushCompress, Status};
 
 use crate::metrics::{self, Format, Scrape};
 use collector::snapshot::Snapshot;
+
+/// Scrapes further apart than this are not expected again.
+const LONGEST_GAP: Duration = Duration::from_secs(600);
 
 /// What the responses of one sample are made of.
 #[derive(Default)]
@@ -21,9 +33,41 @@ struct Rendered {
     bodies: [[Option<Bytes>; 2]; 2],
 }
 
+/// When a kind of body was last asked for, and the gap before that.
+#[derive(Debug, Default, Clone, Copy)]
+struct Asked {
+    last: Option<Instant>,
+    gap: Option<Duration>,
+}
+
+impl Asked {
+    fn ask(&mut self, now: Instant) {
+        self.gap = self.last.map(|last| now.saturating_duration_since(last));
+        self.last = Some(now);
+    }
+
+    /// Whether the next scrape is expected from `now` up to `until` (or is
+    /// due already: a late one).
+    fn expected(&self, now: Instant, until: Instant) -> bool {
+        let (Some(last), Some(gap)) = (self.last, self.gap) else {
+            return false;
+        };
+        if gap.is_zero() || gap > LONGEST_GAP {
+            return false;
+        }
+        let next = last + gap;
+        // Overdue by more than half a gap: the scraper went away, or came
+        // unevenly; wait for it to come again.
+        next + gap / 2 >= now && next < until
+    }
+}
+
 pub struct MetricsBodies {
     rendered: Mutex<Rendered>,
     gzip: Mutex<Compress>,
+    /// [format][gzip]
+    asked: Mutex<[[Asked; 2]; 2]>,
+    renders: AtomicU64,
 }
 
 impl Default for MetricsBodies {
@@ -32,13 +76,47 @@ impl Default for MetricsBodies {
             rendered: Mutex::default(),
             // 15: the largest window; `new_gzip` writes the gzip header and trailer.
             gzip: Mutex::new(Compress::new_gzip(Compression::fast(), 15)),
+            asked: Mutex::default(),
+            renders: AtomicU64::new(0),
         }
     }
 }
 
+const FORMATS: [Format; 2] = [Format::OpenMetrics, Format::PrometheusText];
+
 impl MetricsBodies {
     /// The body for `scrape` in `format`, gzipped when `gzip`.
     pub fn body(&self, scrape: Scrape, format: Format, gzip: bool) -> Bytes {
+        self.body_at(scrape, format, gzip, Instant::now())
+    }
+
+    fn body_at(&self, scrape: Scrape, format: Format, gzip: bool, now: Instant) -> Bytes {
+        self.asked.lock().unwrap_or_else(PoisonError::into_inner)[format as usize]
+            [usize::from(gzip)]
+        .ask(now);
+        self.get(scrape, format, gzip)
+    }
+
+    /// Called as a sample is published (at `now`, the next one due
+    /// `interval` later): renders the bodies a scrape is expected to take
+    /// before the next sample, so that it finds them made.
+    pub fn prepare(&self, scrape: impl Fn() -> Scrape, now: Instant, interval: Duration) {
+        let asked = *self.asked.lock().unwrap_or_else(PoisonError::into_inner);
+        for format in FORMATS {
+            for gzip in [false, true] {
+                if asked[format as usize][usize::from(gzip)].expected(now, now + interval) {
+                    self.get(scrape(), format, gzip);
+                }
+            }
+        }
+    }
+
+    /// How many bodies were rendered (each format's plain text counts).
+    pub fn renders(&self) -> u64 {
+        self.renders.load(Ordering::Relaxed)
+    }
+
+    fn get(&self, scrape: Scrape, format: Format, gzip: bool) -> Bytes {
         let mut rendered = self.rendered.lock().unwrap_or_else(PoisonError::into_inner);
         let same = rendered
             .snapshot
@@ -57,6 +135,7 @@ impl MetricsBodies {
         let plain = match &rendered.bodies[f][0] {
             Some(plain) => plain.clone(),
             None => {
+                self.renders.fetch_add(1, Ordering::Relaxed);
                 let plain = Bytes::from(metrics::render(scrape, format));
                 rendered.bodies[f][0] = Some(plain.clone());
                 plain
@@ -174,6 +253,53 @@ mod tests {
             gunzip(&next),
             plain,
             "the compressor is reset between bodies"
+        );
+    }
+
+    #[test]
+    fn bodies_are_made_ahead_only_for_the_scrapes_expected_before_the_next_sample() {
+        let bodies = MetricsBodies::default();
+        let t0 = Instant::now();
+        let s = |secs: f64| t0 + Duration::from_secs_f64(secs);
+        let second = Duration::from_secs(1);
+        let prepare = |snapshot: &Arc<Snapshot>, at: f64| {
+            bodies.prepare(|| scrape(snapshot), s(at), second);
+        };
+        let samples: Vec<Arc<Snapshot>> = (0..6).map(|_| Arc::new(Snapshot::default())).collect();
+
+        prepare(&samples[0], 0.0);
+        assert_eq!(bodies.renders(), 0, "no scraper seen yet: nothing made");
+        bodies.body_at(scrape(&samples[0]), Format::OpenMetrics, true, s(0.2));
+        bodies.body_at(scrape(&samples[1]), Format::OpenMetrics, true, s(15.2));
+        assert_eq!(
+            bodies.renders(),
+            2,
+            "each new sample's first scrape renders"
+        );
+
+        prepare(&samples[2], 16.0);
+        prepare(&samples[3], 28.9);
+        assert_eq!(
+            bodies.renders(),
+            2,
+            "the next scrape (30.2 s) is not before these samples' next"
+        );
+        prepare(&samples[4], 29.9);
+        assert_eq!(
+            bodies.renders(),
+            3,
+            "made for the scrape expected at 30.2 s"
+        );
+        let body = bodies.body_at(scrape(&samples[4]), Format::OpenMetrics, true, s(30.2));
+        assert_eq!(bodies.renders(), 3, "the scrape found it made");
+        let plain = bodies.body_at(scrape(&samples[4]), Format::OpenMetrics, false, s(30.3));
+        assert_eq!(gunzip(&body), plain);
+
+        prepare(&samples[5], 60.0);
+        assert_eq!(
+            bodies.renders(),
+            3,
+            "a scraper overdue by more than half its interval is not expected"
         );
     }
 

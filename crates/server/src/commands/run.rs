@@ -11,6 +11,7 @@ use collector::gpu::GpuOptions;
 use diagnosis::Engine;
 use tokio::sync::watch;
 
+use crate::api::metrics_body::MetricsBodies;
 use crate::api::router;
 use crate::api::state::AppState;
 use crate::cli::RunArgs;
@@ -116,12 +117,15 @@ fn serve(config: Config, web: WebConfig, record_frames: Option<PathBuf>) -> anyh
         } else {
             (None, None)
         };
+        let metrics = Arc::new(MetricsBodies::default());
         let sampler = Sampler {
             collector,
             engine: engine.clone(),
             interval: config.sampling.interval,
             record,
             stacks: trigger,
+            metrics: metrics.clone(),
+            max_processes: config.gpu.max_processes,
         }
         .spawn(publish, stop_rx)
         .context("cannot start the sampling thread")?;
@@ -132,7 +136,7 @@ fn serve(config: Config, web: WebConfig, record_frames: Option<PathBuf>) -> anyh
             max_processes: config.gpu.max_processes,
             stacks,
             stacks_config: config.stacks.clone(),
-            metrics: Default::default(),
+            metrics,
         });
         tracing::info!(
             listen = %config.server.listen,

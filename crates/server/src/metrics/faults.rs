@@ -9,16 +9,14 @@ use collector::faults::xid;
 use collector::snapshot::{GpuSnapshot, Snapshot};
 use prometheus_client::encoding::DescriptorEncoder;
 
-use super::{Labels, counter, gauge, no_labels};
+use super::{Labels, Value, counter, gauge, no_labels};
 
-fn labels(g: &GpuSnapshot) -> Labels {
-    vec![("gpu", g.index.to_string()), ("uuid", g.uuid.clone())]
+fn labels(g: &GpuSnapshot) -> Labels<'_> {
+    Labels::gpu(g.index, &g.uuid)
 }
 
-fn with(g: &GpuSnapshot, key: &'static str, value: &str) -> Labels {
-    let mut l = labels(g);
-    l.push((key, value.to_owned()));
-    l
+fn with<'a>(g: &'a GpuSnapshot, key: &'static str, value: &'a str) -> Labels<'a> {
+    labels(g).with(key, value)
 }
 
 pub fn encode(e: &mut DescriptorEncoder, s: &Snapshot) -> Result<(), std::fmt::Error> {
@@ -40,13 +38,16 @@ pub fn encode(e: &mut DescriptorEncoder, s: &Snapshot) -> Result<(), std::fmt::E
         "Xid errors on the GPU since the daemon started, from NVML events and the kernel log (one report of each), by Xid: the catalogued ones (docs/faults.md), the rest as other.",
         None,
         s.gpus.iter().flat_map(|g| {
-            let mut by_label: BTreeMap<String, u64> = BTreeMap::new();
+            // The catalogued Xids by number, then the rest together as `other`.
+            let mut by_label: BTreeMap<Option<u32>, u64> = BTreeMap::new();
             for (x, n) in &g.xid_errors_total {
-                *by_label.entry(xid::label(*x)).or_default() += n;
+                let key = xid::lookup(*x).map(|info| info.xid);
+                *by_label.entry(key).or_default() += n;
             }
-            by_label
-                .into_iter()
-                .map(move |(label, n)| (with(g, "xid", &label), n as f64))
+            by_label.into_iter().map(move |(key, n)| {
+                let value = key.map_or(Value::Str("other"), Value::from);
+                (labels(g).with("xid", value), n as f64)
+            })
         }),
     )?;
     let live: Vec<(&GpuSnapshot, &GpuHealth)> = if s.gpu_stale {
@@ -67,7 +68,7 @@ fn by_type<'a>(
     live: &'a [(&'a GpuSnapshot, &'a GpuHealth)],
     key: &'static str,
     kinds: &'a [(&'static str, Pick)],
-) -> impl Iterator<Item = (Labels, f64)> + 'a {
+) -> impl Iterator<Item = (Labels<'a>, f64)> + 'a {
     live.iter().flat_map(move |(g, h)| {
         kinds
             .iter()
@@ -75,10 +76,10 @@ fn by_type<'a>(
     })
 }
 
-fn flag(
-    live: &[(&GpuSnapshot, &GpuHealth)],
+fn flag<'a>(
+    live: &[(&'a GpuSnapshot, &GpuHealth)],
     pick: fn(&GpuHealth) -> Option<bool>,
-) -> Vec<(Labels, f64)> {
+) -> Vec<(Labels<'a>, f64)> {
     live.iter()
         .filter_map(|(g, h)| Some((labels(g), f64::from(u8::from(pick(h)?)))))
         .collect()

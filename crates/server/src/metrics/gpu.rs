@@ -1,14 +1,13 @@
 //! GPU and per-process GPU series.
 
-use collector::sample::gpu_label;
 use collector::snapshot::{ClockEventReason, GpuSnapshot, Snapshot};
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::registry::Unit;
 
 use super::{Labels, counter, exported_processes, gauge, hertz, info, no_labels, ratio};
 
-fn labels(g: &GpuSnapshot) -> Labels {
-    vec![("gpu", gpu_label(g.index)), ("uuid", g.uuid.clone())]
+fn labels(g: &GpuSnapshot) -> Labels<'_> {
+    Labels::gpu(g.index, &g.uuid)
 }
 
 /// A gauge with one series per GPU that has the value.
@@ -63,14 +62,10 @@ pub fn encode(
         "stallwatch_gpu",
         "GPU identity.",
         all.iter().map(|g| {
-            let mut l = labels(g);
-            l.push(("name", g.name.clone()));
-            l.push(("pci_bus_id", g.pci_bus_id.clone()));
-            l.push((
-                "driver_version",
-                s.driver_version.clone().unwrap_or_default(),
-            ));
-            l
+            labels(g)
+                .with("name", &g.name)
+                .with("pci_bus_id", &g.pci_bus_id)
+                .with("driver_version", s.driver_version.as_deref().unwrap_or(""))
         }),
     )?;
     info(
@@ -79,12 +74,13 @@ pub fn encode(
         "A MIG instance monitored as a GPU: its parent GPU and instance IDs.",
         all.iter().filter_map(|g| {
             let m = g.mig.as_ref()?;
-            let mut l = labels(g);
-            l.push(("parent_gpu", m.parent_index.to_string()));
-            l.push(("parent_uuid", m.parent_uuid.clone()));
-            l.push(("gpu_instance", m.gpu_instance_id.to_string()));
-            l.push(("compute_instance", m.compute_instance_id.to_string()));
-            Some(l)
+            Some(
+                labels(g)
+                    .with("parent_gpu", m.parent_index)
+                    .with("parent_uuid", &m.parent_uuid)
+                    .with("gpu_instance", m.gpu_instance_id)
+                    .with("compute_instance", m.compute_instance_id),
+            )
         }),
     )?;
     per_gpu(
@@ -212,9 +208,10 @@ fn clock_events(e: &mut DescriptorEncoder, live: &[&GpuSnapshot]) -> Result<(), 
         let active = g.clock_events.as_ref();
         ClockEventReason::ALL.iter().filter_map(move |(reason, _)| {
             let on = active?.contains(reason);
-            let mut l = labels(g);
-            l.push(("reason", reason.as_str().to_owned()));
-            Some((l, f64::from(u8::from(on))))
+            Some((
+                labels(g).with("reason", reason.as_str()),
+                f64::from(u8::from(on)),
+            ))
         })
     });
     gauge(
@@ -234,9 +231,7 @@ fn processes(
     let series = |value: fn(&collector::snapshot::GpuProcessSnapshot) -> Option<f64>| {
         live.iter().flat_map(move |g| {
             exported_processes(g, max).filter_map(move |p| {
-                let mut l = labels(g);
-                l.push(("pid", p.pid.to_string()));
-                l.push(("comm", p.comm.clone()));
+                let l = labels(g).with("pid", p.pid).with("comm", &p.comm);
                 Some((l, value(p)?))
             })
         })

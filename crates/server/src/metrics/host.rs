@@ -6,8 +6,8 @@ use prometheus_client::registry::Unit;
 
 use super::{Labels, gauge, ratio};
 
-fn one(value: Option<f64>) -> Option<(Labels, f64)> {
-    Some((Vec::new(), value?))
+fn one(value: Option<f64>) -> Option<(Labels<'static>, f64)> {
+    Some((Labels::none(), value?))
 }
 
 pub fn encode(e: &mut DescriptorEncoder, h: &HostSnapshot) -> Result<(), std::fmt::Error> {
@@ -48,10 +48,9 @@ pub fn encode(e: &mut DescriptorEncoder, h: &HostSnapshot) -> Result<(), std::fm
         Some(&ratio()),
         psi.into_iter().filter_map(|(resource, scope, v)| {
             Some((
-                vec![
-                    ("resource", resource.to_owned()),
-                    ("scope", scope.to_owned()),
-                ],
+                Labels::none()
+                    .with("resource", resource)
+                    .with("scope", scope),
                 v?,
             ))
         }),

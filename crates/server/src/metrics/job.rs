@@ -11,14 +11,14 @@ use prometheus_client::registry::Unit;
 
 use super::{Labels, counter, exported_processes, gauge, info, ratio};
 
-fn labels(j: &JobSnapshot) -> Labels {
-    vec![("pid", j.pid.to_string()), ("comm", j.comm.clone())]
+fn labels(j: &JobSnapshot) -> Labels<'_> {
+    Labels::none().with("pid", j.pid).with("comm", &j.comm)
 }
 
 fn per_job<'a>(
     jobs: &'a [&'a JobSnapshot],
     value: impl Fn(&JobSnapshot) -> Option<f64> + 'a,
-) -> impl Iterator<Item = (Labels, f64)> + 'a {
+) -> impl Iterator<Item = (Labels<'a>, f64)> + 'a {
     jobs.iter()
         .filter_map(move |j| Some((labels(j), value(j)?)))
 }
@@ -53,7 +53,7 @@ pub fn encode(
                 ("pod_uid", &a.pod_uid),
                 ("slurm_job_id", &a.slurm_job_id),
             ] {
-                l.push((name, value.clone().unwrap_or_default()));
+                l = l.with(name, value.as_deref().unwrap_or(""));
             }
             l
         }),
@@ -74,11 +74,7 @@ pub fn encode(
             ThreadStates::LABELS
                 .iter()
                 .zip(j.threads.counts())
-                .map(move |(state, n)| {
-                    let mut l = labels(j);
-                    l.push(("state", (*state).to_owned()));
-                    (l, f64::from(n))
-                })
+                .map(move |(state, n)| (labels(j).with("state", *state), f64::from(n)))
         }),
     )?;
     counter(
@@ -95,9 +91,7 @@ pub fn encode(
         Some(&ratio()),
         jobs.iter().filter_map(|j| {
             let top = j.top_threads.first()?;
-            let mut l = labels(j);
-            l.push(("thread", top.name.clone()));
-            Some((l, top.cpu_ratio))
+            Some((labels(j).with("thread", &top.name), top.cpu_ratio))
         }),
     )?;
     gauge(

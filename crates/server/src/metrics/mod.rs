@@ -7,6 +7,7 @@ mod gpm;
 mod gpu;
 mod host;
 mod job;
+mod labels;
 mod verdicts;
 
 use std::sync::Arc;
@@ -48,8 +49,7 @@ impl Format {
     }
 }
 
-/// Labels as (name, value) pairs.
-pub type Labels = Vec<(&'static str, String)>;
+pub use labels::{Labels, Value};
 
 pub fn ratio() -> Unit {
     Unit::Other("ratio".to_owned())
@@ -179,8 +179,8 @@ pub fn info<L: EncodeLabelSet>(
     Ok(())
 }
 
-fn no_labels(value: f64) -> [(Labels, f64); 1] {
-    [(Vec::new(), value)]
+fn no_labels(value: f64) -> [(Labels<'static>, f64); 1] {
+    [(Labels::none(), value)]
 }
 
 fn own(e: &mut DescriptorEncoder, s: &Snapshot) -> Result<(), std::fmt::Error> {
@@ -188,7 +188,7 @@ fn own(e: &mut DescriptorEncoder, s: &Snapshot) -> Result<(), std::fmt::Error> {
         e,
         "stallwatch_build",
         "Version of the stallwatch binary.",
-        [vec![("version", env!("CARGO_PKG_VERSION").to_owned())]],
+        [Labels::none().with("version", env!("CARGO_PKG_VERSION"))],
     )?;
     gauge(
         e,
@@ -211,7 +211,7 @@ fn own(e: &mut DescriptorEncoder, s: &Snapshot) -> Result<(), std::fmt::Error> {
         None,
         ErrorSource::ALL.map(|src| {
             (
-                vec![("source", src.as_str().to_owned())],
+                Labels::none().with("source", src.as_str()),
                 s.errors_total.get(src) as f64,
             )
         }),

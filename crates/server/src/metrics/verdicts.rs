@@ -7,24 +7,24 @@ use prometheus_client::registry::Unit;
 
 use super::{Labels, counter, gauge};
 
-fn labels(g: &GpuStatus) -> Labels {
-    vec![
-        ("gpu", collector::sample::gpu_label(g.gpu)),
-        ("uuid", g.uuid.clone()),
-    ]
+fn labels(g: &GpuStatus) -> Labels<'_> {
+    Labels::gpu(g.gpu, &g.uuid)
 }
 
 /// One series per GPU and kind.
-fn per_kind(gpus: &[GpuStatus], value: impl Fn(&KindCounters) -> f64) -> Vec<(Labels, f64)> {
-    let mut out = Vec::with_capacity(gpus.len() * Kind::ALL.len());
-    for g in gpus {
-        for k in Kind::ALL {
-            let mut l = labels(g);
-            l.push(("kind", k.as_str().to_owned()));
-            out.push((l, g.kinds.get(&k).map_or(0.0, &value)));
-        }
-    }
-    out
+fn per_kind(
+    gpus: &[GpuStatus],
+    value: fn(&KindCounters) -> f64,
+) -> impl Iterator<Item = (Labels<'_>, f64)> {
+    gpus.iter().flat_map(move |g| {
+        let l = labels(g);
+        Kind::ALL.into_iter().map(move |k| {
+            (
+                l.with("kind", k.as_str()),
+                g.kinds.get(&k).map_or(0.0, value),
+            )
+        })
+    })
 }
 
 pub fn encode(e: &mut DescriptorEncoder, gpus: &[GpuStatus]) -> Result<(), std::fmt::Error> {
@@ -34,10 +34,12 @@ pub fn encode(e: &mut DescriptorEncoder, gpus: &[GpuStatus]) -> Result<(), std::
         "1 for the GPU's current verdict (no_job, warming_up, healthy, stalled, unknown), 0 for the others.",
         None,
         gpus.iter().flat_map(|g| {
+            let l = labels(g);
             Verdict::ALL.into_iter().map(move |v| {
-                let mut l = labels(g);
-                l.push(("verdict", v.as_str().to_owned()));
-                (l, f64::from(u8::from(g.verdict == v)))
+                (
+                    l.with("verdict", v.as_str()),
+                    f64::from(u8::from(g.verdict == v)),
+                )
             })
         }),
     )?;

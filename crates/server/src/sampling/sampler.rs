@@ -1,7 +1,8 @@
 //! The sampling loop: its own OS thread and interval timer. Each tick takes a
 //! raw sample, derives a snapshot from it and the previous one, runs the
 //! diagnosis on it, adds it to the short history, publishes both for scrapes
-//! and the API, and pings the systemd watchdog.
+//! and the API, pings the systemd watchdog, and makes the `/metrics` bodies
+//! a scrape is expected to take before the next tick.
 
 use std::io::Write;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -17,6 +18,8 @@ use collector::snapshot::Snapshot;
 use diagnosis::{Engine, Event, GpuStatus, Phase};
 use tokio::sync::watch;
 
+use crate::api::metrics_body::MetricsBodies;
+use crate::metrics::Scrape;
 use crate::notify;
 use crate::sampling::frame;
 use crate::sampling::history::{History, SharedHistory};
@@ -45,6 +48,10 @@ pub struct Sampler {
     pub record: Option<std::fs::File>,
     /// Python stacks for stalled GPUs, unless turned off.
     pub stacks: Option<Trigger>,
+    /// `/metrics` bodies, made ahead for the scrapes expected next.
+    pub metrics: Arc<MetricsBodies>,
+    /// `gpu.max_processes`, for those bodies.
+    pub max_processes: usize,
 }
 
 impl Sampler {
@@ -64,8 +71,14 @@ impl Sampler {
                     match catch_unwind(AssertUnwindSafe(|| self.tick(prev.as_ref(), &history))) {
                         Ok((sample, latest)) => {
                             prev = Some((sample, latest.snapshot.clone()));
-                            publish.send_replace(Some(latest));
+                            publish.send_replace(Some(latest.clone()));
                             notify::watchdog();
+                            let scrape = || Scrape {
+                                snapshot: latest.snapshot.clone(),
+                                diagnosis: latest.diagnosis.clone(),
+                                max_processes: self.max_processes,
+                            };
+                            self.metrics.prepare(scrape, Instant::now(), self.interval);
                         }
                         Err(_) => tracing::error!("a sample panicked and was skipped"),
                     }
