@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 
 use crate::config::DiagnosisConfig;
-use crate::detect::{Ctx, detect};
+use crate::detect::{Ctx, UtilizationCache, detect};
 use crate::evidence::{Evidence, FaultEvidence};
 use crate::frame::{Frame, GpuFrame, JobFrame};
 use crate::hint::hint;
@@ -251,6 +251,7 @@ impl Engine {
             starved_enter: false,
             bound_enter: false,
             had_job: !jobs.is_empty(),
+            utilization: UtilizationCache::default(),
         };
         let all_warming = !jobs.is_empty() && warmed.is_empty();
         let job_ref = primary_job(gpu, &jobs);
@@ -380,6 +381,7 @@ impl Engine {
                 starved_enter: false,
                 bound_enter: false,
                 had_job: recent_job.is_some(),
+                utilization: UtilizationCache::default(),
             };
             detect(Kind::GpuFault, &ctx)
         };

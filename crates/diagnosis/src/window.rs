@@ -130,6 +130,24 @@ impl Window<'_> {
         (n > 0).then(|| sum / n as f64)
     }
 
+    /// Several means in one pass over the window: `f` gives each sample's
+    /// values (each mean the same as `mean`'s).
+    pub fn means<const N: usize>(
+        &self,
+        f: impl Fn(&Point) -> [Option<f64>; N],
+    ) -> [Option<f64>; N] {
+        let mut sums = [(0.0, 0usize); N];
+        for p in self.iter() {
+            for (v, (sum, n)) in f(p).into_iter().zip(&mut sums) {
+                if let Some(v) = v {
+                    *sum += v;
+                    *n += 1;
+                }
+            }
+        }
+        sums.map(|(sum, n)| (n > 0).then(|| sum / n as f64))
+    }
+
     pub fn stddev(&self, f: impl Fn(&Point) -> Option<f64>) -> Option<f64> {
         let mean = self.mean(&f)?;
         let (sum, n) = self
@@ -164,13 +182,80 @@ pub struct UtilizationStats {
 }
 
 impl Window<'_> {
+    /// Mean, spread and idle and busy shares of the activity, in two passes
+    /// (the figures `mean`, `stddev` and `share` give, computed the same way).
     pub fn utilization(&self, idle_below: f64, busy_above: f64) -> Option<UtilizationStats> {
-        let util = |p: &Point| p.utilization;
+        let (mut sum, mut n, mut idle, mut busy) = (0.0, 0usize, 0usize, 0usize);
+        for u in self.iter().filter_map(|p| p.utilization) {
+            sum += u;
+            n += 1;
+            idle += usize::from(u < idle_below);
+            busy += usize::from(u >= busy_above);
+        }
+        if n == 0 {
+            return None;
+        }
+        let mean = sum / n as f64;
+        let squares = self
+            .iter()
+            .filter_map(|p| p.utilization)
+            .fold(0.0, |s, u| s + (u - mean).powi(2));
         Some(UtilizationStats {
-            mean: self.mean(util)?,
-            stddev: self.stddev(util)?,
-            idle_share: self.share(|p| Some(p.utilization? < idle_below))?,
-            busy_share: self.share(|p| Some(p.utilization? >= busy_above))?,
+            mean,
+            stddev: (squares / n as f64).sqrt(),
+            idle_share: idle as f64 / n as f64,
+            busy_share: busy as f64 / n as f64,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn history() -> History {
+        let mut h = History::default();
+        for i in 0..40 {
+            h.push(
+                Point {
+                    t: f64::from(i),
+                    // Some samples without a reading.
+                    utilization: (i % 7 != 3).then(|| f64::from((i * 37) % 100) / 100.0),
+                    power_watts: (i % 5 != 0).then(|| f64::from(100 + i)),
+                    ..Point::default()
+                },
+                300.0,
+            );
+        }
+        h
+    }
+
+    #[test]
+    fn the_one_pass_figures_equal_the_separate_ones() {
+        let h = history();
+        let w = h.window(30.0);
+        let util = |p: &Point| p.utilization;
+        let stats = w.utilization(0.1, 0.8).unwrap();
+        assert_eq!(stats.mean, w.mean(util).unwrap());
+        assert_eq!(stats.stddev, w.stddev(util).unwrap());
+        assert_eq!(
+            stats.idle_share,
+            w.share(|p| Some(p.utilization? < 0.1)).unwrap()
+        );
+        assert_eq!(
+            stats.busy_share,
+            w.share(|p| Some(p.utilization? >= 0.8)).unwrap()
+        );
+        let [u, p, none] = w.means(|p| [p.utilization, p.power_watts, None]);
+        assert_eq!(u, w.mean(util));
+        assert_eq!(p, w.mean(|p| p.power_watts));
+        assert_eq!(none, None);
+        assert!(h.window(30.0).utilization(0.1, 0.8).is_some());
+        assert!(
+            History::default()
+                .window(30.0)
+                .utilization(0.1, 0.8)
+                .is_none()
+        );
     }
 }

@@ -12,12 +12,21 @@ use crate::window::{ActivitySignal, Window};
 /// The GPM evidence of a window: SM activity (mean, spread), tensor and DRAM
 /// activity, link traffic.
 fn gpm_evidence(w: &Window, evidence: &mut Evidence) {
-    evidence.sm_active_mean = round_opt(w.mean(|p| p.sm_active));
+    let [sm, tensor, dram, nvlink, pcie] = w.means(|p| {
+        [
+            p.sm_active,
+            p.tensor_active,
+            p.dram_active,
+            p.nvlink_bytes_per_second,
+            p.pcie_bytes_per_second,
+        ]
+    });
+    evidence.sm_active_mean = round_opt(sm);
     evidence.sm_active_stddev = round_opt(w.stddev(|p| p.sm_active));
-    evidence.tensor_active_mean = round_opt(w.mean(|p| p.tensor_active));
-    evidence.dram_active_mean = round_opt(w.mean(|p| p.dram_active));
-    evidence.nvlink_bytes_per_second = w.mean(|p| p.nvlink_bytes_per_second).map(f64::round);
-    evidence.pcie_bytes_per_second = w.mean(|p| p.pcie_bytes_per_second).map(f64::round);
+    evidence.tensor_active_mean = round_opt(tensor);
+    evidence.dram_active_mean = round_opt(dram);
+    evidence.nvlink_bytes_per_second = nvlink.map(f64::round);
+    evidence.pcie_bytes_per_second = pcie.map(f64::round);
 }
 
 /// Whether the window has GPM throughout (every sample has SM activity).

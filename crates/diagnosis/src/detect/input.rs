@@ -30,7 +30,7 @@ fn job_stopped(ctx: &Ctx, window_seconds: f64, min_cpu: f64) -> bool {
 pub fn starved(ctx: &Ctx) -> Finding {
     let c = &ctx.config.input_starved;
     let w = ctx.window(Kind::InputStarved);
-    let stats = w.utilization(ctx.config.idle_below, ctx.config.busy_above);
+    let stats = ctx.utilization(&w);
     let enter = ctx.job_throughout(&w)
         && stats.is_some_and(|s| s.mean < c.max_mean && s.idle_share >= c.min_idle_share)
         && job_alive(ctx, &w, c.min_job_cpu);
@@ -51,7 +51,7 @@ pub fn starved(ctx: &Ctx) -> Finding {
 pub fn bound(ctx: &Ctx) -> Finding {
     let c = &ctx.config.input_bound;
     let w = ctx.window(Kind::InputBound);
-    let stats = w.utilization(ctx.config.idle_below, ctx.config.busy_above);
+    let stats = ctx.utilization(&w);
     // Starved is the stronger finding: bound covers the rest. A low mean
     // counts whether utilization swings or holds a steady mid value (NVML
     // averages over its period); idle samples only matter when configured.
@@ -63,7 +63,7 @@ pub fn bound(ctx: &Ctx) -> Finding {
     let recent = ctx
         .history
         .window(ctx.config.timing(Kind::InputBound).exit_for.max(1.0));
-    let recent_stats = recent.utilization(ctx.config.idle_below, ctx.config.busy_above);
+    let recent_stats = ctx.utilization(&recent);
     let has_job = ctx.history.latest().is_some_and(|p| p.has_job);
     let exit = !has_job
         || ctx.starved_active

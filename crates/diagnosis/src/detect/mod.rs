@@ -11,6 +11,8 @@ mod progress;
 mod refine;
 mod throttle;
 
+use std::cell::RefCell;
+
 pub use refine::spread_cpu;
 pub use throttle::THROTTLE_MASK;
 
@@ -19,7 +21,7 @@ use crate::config::DiagnosisConfig;
 use crate::evidence::{Evidence, ProcessEvidence, ThreadEvidence, round, round_opt};
 use crate::frame::{GpuFrame, HostFrame, JobFrame};
 use crate::hysteresis::Condition;
-use crate::window::{History, Window};
+use crate::window::{History, UtilizationStats, Window};
 
 /// Everything a detector may look at for one GPU at one sample.
 pub struct Ctx<'a> {
@@ -49,7 +51,14 @@ pub struct Ctx<'a> {
     pub bound_enter: bool,
     /// The GPU holds a job, or lost its last one within `gpu_fault.job_gone`.
     pub had_job: bool,
+    /// Activity statistics of the windows asked for so far at this sample.
+    pub utilization: UtilizationCache,
 }
+
+/// Activity statistics by window length, for one GPU at one sample: the
+/// detectors and their evidence ask for the same few windows many times.
+#[derive(Default)]
+pub struct UtilizationCache(RefCell<Vec<(f64, Option<UtilizationStats>)>>);
 
 /// A detector's answer for one sample.
 pub struct Finding {
@@ -62,9 +71,21 @@ impl Ctx<'_> {
         self.history.window(self.config.timing(kind).window)
     }
 
+    /// The window's activity statistics (`Window::utilization` with the
+    /// configured thresholds), computed once per window length and sample.
+    pub fn utilization(&self, w: &Window) -> Option<UtilizationStats> {
+        let mut cache = self.utilization.0.borrow_mut();
+        if let Some((_, stats)) = cache.iter().find(|(s, _)| *s == w.seconds()) {
+            return *stats;
+        }
+        let stats = w.utilization(self.config.idle_below, self.config.busy_above);
+        cache.push((w.seconds(), stats));
+        stats
+    }
+
     /// Utilization evidence over a window.
     pub fn utilization_evidence(&self, w: &Window) -> Evidence {
-        let stats = w.utilization(self.config.idle_below, self.config.busy_above);
+        let stats = self.utilization(w);
         Evidence {
             window_seconds: Some(round(w.seconds())),
             activity_signal: self.history.latest().and_then(|p| p.activity),

@@ -13,7 +13,7 @@ fn silent_long(ctx: &Ctx) -> bool {
 pub fn busy(ctx: &Ctx) -> Finding {
     let c = &ctx.config.busy_no_progress;
     let w = ctx.window(Kind::BusyNoProgress);
-    let stats = w.utilization(ctx.config.idle_below, ctx.config.busy_above);
+    let stats = ctx.utilization(&w);
     let power = w.mean(|p| p.power_watts);
     let limit = ctx.gpu.power_limit_watts;
     let low_power = match (power, ctx.power_baseline, limit) {
