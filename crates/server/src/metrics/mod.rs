@@ -1,4 +1,5 @@
-//! `/metrics`: the latest snapshot encoded as OpenMetrics text at scrape time.
+//! `/metrics`: a snapshot and its diagnosis encoded as OpenMetrics (or
+//! Prometheus) text, once per sample (`api/metrics_body.rs` decides when).
 //! Nothing here reads NVML or `/proc`; series of exited processes vanish with
 //! the snapshot that no longer holds them.
 
