@@ -11,6 +11,7 @@
 //! body is rendered that no scrape is expected to take; a scrape that comes
 //! unexpected renders its body itself, as before.
 
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -99,13 +100,17 @@ impl MetricsBodies {
 
     /// Called as a sample is published (at `now`, the next one due
     /// `interval` later): renders the bodies a scrape is expected to take
-    /// before the next sample, so that it finds them made.
+    /// before the next sample, so that it finds them made. Runs on the
+    /// sampler thread: a panic while making a body is caught and logged
+    /// (the scrape then renders its own), so it cannot end sampling.
     pub fn prepare(&self, scrape: impl Fn() -> Scrape, now: Instant, interval: Duration) {
         let asked = *self.asked.lock().unwrap_or_else(PoisonError::into_inner);
         for format in FORMATS {
             for gzip in [false, true] {
-                if asked[format as usize][usize::from(gzip)].expected(now, now + interval) {
-                    self.get(scrape(), format, gzip);
+                if asked[format as usize][usize::from(gzip)].expected(now, now + interval)
+                    && catch_unwind(AssertUnwindSafe(|| self.get(scrape(), format, gzip))).is_err()
+                {
+                    tracing::error!(?format, gzip, "making a /metrics body ahead panicked");
                 }
             }
         }
@@ -300,6 +305,28 @@ mod tests {
             bodies.renders(),
             3,
             "a scraper overdue by more than half its interval is not expected"
+        );
+    }
+
+    #[test]
+    fn a_panic_while_making_a_body_ahead_is_caught_and_the_scrape_still_served() {
+        let bodies = MetricsBodies::default();
+        let t0 = Instant::now();
+        let s = |secs: f64| t0 + Duration::from_secs_f64(secs);
+        let snapshot = Arc::new(Snapshot::default());
+        bodies.body_at(scrape(&snapshot), Format::OpenMetrics, true, s(0.0));
+        bodies.body_at(scrape(&snapshot), Format::OpenMetrics, true, s(1.0));
+        let next = Arc::new(Snapshot::default());
+        // The scrape is expected at 2.0 s: prepare makes it, and panics.
+        bodies.prepare(
+            || -> Scrape { panic!("a render bug") },
+            s(1.9),
+            Duration::from_secs(1),
+        );
+        let body = bodies.body_at(scrape(&next), Format::OpenMetrics, true, s(2.0));
+        assert!(
+            gunzip(&body).ends_with(b"# EOF\n"),
+            "the scrape renders its own"
         );
     }
 
