@@ -236,7 +236,7 @@ static void *events(void *arg) {
 
 /* Open files keyed by (tid, kind), a linear-probing table; entries not read
  * in a sample are closed at the start of the next. */
-enum { STAT, IO, SCHED, KIDS, TSTAT };
+enum { STAT, IO, SCHED, KIDS, TSTAT, CGROUP };
 typedef struct { uint64_t key; int fd; unsigned used; } slot_t;
 static slot_t *slots;
 static size_t nslots;
@@ -503,7 +503,7 @@ static void job(unsigned leader) {
     char path[64];
     struct stat sb;
     snprintf(path, sizeof path, "/proc/%u/cgroup", leader);
-    if (read_once(path) > 0) sink += buf[0];
+    if (read_kept(leader, CGROUP, path) > 0) sink += buf[0];
     for (int fd = 1; fd <= 2; fd++) {
         snprintf(path, sizeof path, "/proc/%u/fd/%d", leader, fd);
         if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode)) sink += sb.st_size + sb.st_mtim.tv_nsec;

@@ -3,8 +3,45 @@
 
 use procfs::ProcessCGroups;
 use procfs::prelude::*;
+use rustc_hash::FxHashMap;
 
 use crate::sample::Attribution;
+
+/// Each job leader's last `cgroup` text and what it gave, so that the text,
+/// which changes only when the process is moved, is parsed once: a sample
+/// compares the bytes and reuses the attribution while they are the same.
+/// (The attribution is a function of the text alone, so a reused pid with
+/// the same text rightly gets the same answer.)
+#[derive(Debug, Clone, Default)]
+pub struct Attributions {
+    sample: u64,
+    /// pid -> (cgroup text, its attribution, sample last used)
+    by_pid: FxHashMap<u32, (Vec<u8>, Attribution, u64)>,
+}
+
+impl Attributions {
+    /// Starts a sample: forgets the leaders not seen in the previous one.
+    pub fn begin(&mut self) {
+        let previous = self.sample;
+        self.by_pid.retain(|_, (_, _, used)| *used == previous);
+        self.sample += 1;
+    }
+
+    /// The attribution of `pid`'s cgroup `text`.
+    pub fn get(&mut self, pid: u32, text: &[u8]) -> Attribution {
+        let sample = self.sample;
+        if let Some((known, attribution, used)) = self.by_pid.get_mut(&pid)
+            && known.as_slice() == text
+        {
+            *used = sample;
+            return attribution.clone();
+        }
+        let attribution = parse_attribution(&String::from_utf8_lossy(text));
+        self.by_pid
+            .insert(pid, (text.to_vec(), attribution.clone(), sample));
+        attribution
+    }
+}
 
 /// Container runtimes' systemd scope (or cgroupfs directory) prefixes. The
 /// runtime monitors' scopes (`crio-conmon-`, `libpod-conmon-`) are neither a
@@ -114,6 +151,32 @@ fn slurm_job(part: &str, under_slurm: bool) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_attribution_is_parsed_again_only_when_the_text_changes() {
+        let mut known = Attributions::default();
+        let docker = format!("0::/system.slice/docker-{ID}.scope\n");
+        let unit = "0::/system.slice/train.service\n";
+        known.begin();
+        assert_eq!(
+            known.get(7, docker.as_bytes()).container_id.as_deref(),
+            Some(ID)
+        );
+        known.begin();
+        assert_eq!(
+            known.get(7, docker.as_bytes()).container_id.as_deref(),
+            Some(ID)
+        );
+        let moved = known.get(7, unit.as_bytes());
+        assert_eq!(moved.container_id, None, "moved: the new text counts");
+        assert_eq!(moved.systemd_unit.as_deref(), Some("train.service"));
+        known.begin();
+        known.begin();
+        assert!(
+            known.by_pid.is_empty(),
+            "a leader not seen for a sample is forgotten"
+        );
+    }
 
     const ID: &str = "4f6c3d0e9a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5";
 

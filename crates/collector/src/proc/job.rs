@@ -11,12 +11,13 @@ use super::read::Buffer;
 use super::stat::{StatFields, parse_io, parse_schedstat, parse_stat};
 use super::tasks::Tasks;
 use super::{ProcReader, cgroup, job_value, output};
-use crate::sample::{Attribution, ErrorCounts, JobSample, ProcessId, ProcessSample, ThreadSample};
+use crate::sample::{ErrorCounts, JobSample, ProcessId, ProcessSample, ThreadSample};
 
 /// What the job reader keeps from one sample to the next.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Memory {
     pub children: ChildrenCache,
+    pub attributions: cgroup::Attributions,
     pub files: OpenFiles,
     pub tasks: Tasks,
     /// Threads' CPU time and run counts come from `schedstat` (a real procfs
@@ -87,8 +88,13 @@ impl Walk<'_> {
     fn job(&mut self, pid: u32, gpus: &[u32], holders: &HashSet<u32>) -> Option<JobSample> {
         let dir = self.reader.root().join(pid.to_string());
         let (leader, children) = self.process(pid, &dir, None)?;
+        let memory = &mut *self.memory;
         let attribution = unless_exited(&dir, self.errors, self.buf, |e, buf| {
-            read_attribution(&dir, e, buf)
+            let path = || dir.join("cgroup");
+            let text = buf.kept(&mut memory.files, pid, Kind::Cgroup, path);
+            job_value(text, "cgroup", e)
+                .map(|(text, _)| memory.attributions.get(pid, text))
+                .unwrap_or_default()
         });
         let root = self.reader.root();
         let output = unless_exited(&dir, self.errors, self.buf, |e, _| {
@@ -394,15 +400,4 @@ fn exited(dir: &Path, buf: &mut Buffer) -> bool {
         Ok(bytes) => parse_stat(bytes).is_some_and(|s| matches!(s.state, 'Z' | 'X' | 'x')),
         Err(e) => super::io_vanished(&e),
     }
-}
-
-fn read_attribution(dir: &Path, errors: &mut ErrorCounts, buf: &mut Buffer) -> Attribution {
-    let path = dir.join("cgroup");
-    let text = buf
-        .read(&path)
-        .map_err(procfs::ProcError::from)
-        .map(|bytes| String::from_utf8_lossy(bytes).into_owned());
-    job_value(text, "cgroup", errors)
-        .map(|text| cgroup::parse_attribution(&text))
-        .unwrap_or_default()
 }

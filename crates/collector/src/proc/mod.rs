@@ -105,6 +105,7 @@ impl ProcReader {
         memory.children.begin();
         memory.files.begin();
         memory.tasks.begin();
+        memory.attributions.begin();
         let jobs = job::read_jobs(self, holders, errors, &mut memory);
         self.memory = memory;
         jobs

@@ -1,5 +1,6 @@
 //! The jobs' `/proc` files read again and again (each process's `stat` and
-//! `io`, each thread's `schedstat` and `stat`, the `children` files), kept
+//! `io`, each thread's `schedstat` and `stat`, the `children` files, each
+//! job leader's `cgroup`), kept
 //! open from one read to the next and read again from offset 0. Opening and
 //! closing a `/proc` file (path lookup, permission check) cost the kernel
 //! more than generating it; this halves the system calls of a sample.
@@ -36,6 +37,8 @@ pub enum Kind {
     Schedstat,
     /// `<pid>/task/<tid>/children`, read every few samples
     Children,
+    /// `<pid>/cgroup` of a job's leader
+    Cgroup,
 }
 
 impl Kind {
