@@ -1,6 +1,7 @@
 //! The engine: frames in, per-GPU state and events out. Pure: time comes
 //! with the frames.
 
+use std::cell::{Cell, OnceCell};
 use std::collections::VecDeque;
 
 use crate::config::DiagnosisConfig;
@@ -252,15 +253,18 @@ impl Engine {
             bound_enter: false,
             had_job: !jobs.is_empty(),
             utilization: UtilizationCache::default(),
+            active: Cell::new(false),
         };
         let all_warming = !jobs.is_empty() && warmed.is_empty();
-        let job_ref = primary_job(gpu, &jobs);
+        // The job an event names, found when the first event needs it.
+        let job_ref = OnceCell::new();
         for (i, kind) in Kind::ALL.into_iter().enumerate() {
             let timing = config.timing(kind);
             if !timing.enabled || kind == Kind::GpuFault {
                 continue;
             }
             let was_active = state.episodes[i].is_active();
+            ctx.active.set(was_active);
             let mut finding = detect(kind, &ctx);
             if kind.wants_stacks() {
                 finding.evidence.stacks.clone_from(&state.stacks);
@@ -291,7 +295,8 @@ impl Engine {
             if was_active {
                 state.seconds_total[i] += dt;
             }
-            if let Some(event) = event_for(transition, kind, gpu, t, &job_ref, &finding.evidence) {
+            let job = || job_ref.get_or_init(|| primary_job(gpu, &jobs));
+            if let Some(event) = event_for(transition, kind, gpu, t, job, &finding.evidence) {
                 if event.phase == Phase::Start {
                     state.events_total[i] += 1;
                 }
@@ -382,6 +387,7 @@ impl Engine {
                 bound_enter: false,
                 had_job: recent_job.is_some(),
                 utilization: UtilizationCache::default(),
+                active: Cell::new(true),
             };
             detect(Kind::GpuFault, &ctx)
         };
@@ -397,13 +403,14 @@ impl Engine {
         if was_active {
             state.seconds_total[FAULT] += dt;
         }
-        let job_ref = primary_job(gpu, jobs).or(recent_job);
+        let job_ref = || primary_job(gpu, jobs).or(recent_job);
+        let job = OnceCell::new();
         if let Some(event) = event_for(
             transition,
             Kind::GpuFault,
             gpu,
             t,
-            &job_ref,
+            || job.get_or_init(job_ref),
             &finding.evidence,
         ) {
             if event.phase == Phase::Start {
@@ -522,19 +529,19 @@ impl Engine {
 }
 
 /// The start or end event of an episode's transition, if there was one.
-fn event_for(
+fn event_for<'a>(
     transition: Option<Transition>,
     kind: Kind,
     gpu: &GpuFrame,
     t: f64,
-    job: &Option<JobRef>,
+    job: impl FnOnce() -> &'a Option<JobRef>,
     evidence: &Evidence,
 ) -> Option<Event> {
     let (phase, since) = match transition? {
         Transition::Started { onset } => (Phase::Start, onset),
         Transition::Ended { since } => (Phase::End, since),
     };
-    Some(make_event(phase, kind, gpu, t, since, job, evidence))
+    Some(make_event(phase, kind, gpu, t, since, job(), evidence))
 }
 
 fn same_gpu(state: &GpuState, gpu: &GpuFrame) -> bool {

@@ -122,17 +122,16 @@ pub fn spinning(ctx: &Ctx) -> Finding {
     let has_job = ctx.history.latest().is_some_and(|p| p.has_job);
     let exit = !has_job || !silent || working;
 
-    let mut evidence = ctx.utilization_evidence(&w);
-    evidence.activity_signal = Some(signal);
-    if gpm {
-        gpm_evidence(&w, &mut evidence);
-    }
-    evidence.silent_seconds = round_opt(ctx.silent_seconds);
-    ctx.power_evidence(power, &mut evidence);
-    Finding {
-        condition: Condition { enter, exit },
-        evidence,
-    }
+    ctx.finding(Condition { enter, exit }, || {
+        let mut evidence = ctx.utilization_evidence(&w);
+        evidence.activity_signal = Some(signal);
+        if gpm {
+            gpm_evidence(&w, &mut evidence);
+        }
+        evidence.silent_seconds = round_opt(ctx.silent_seconds);
+        ctx.power_evidence(power, &mut evidence);
+        evidence
+    })
 }
 
 pub fn launch_bound(ctx: &Ctx) -> Finding {
@@ -160,13 +159,12 @@ pub fn launch_bound(ctx: &Ctx) -> Finding {
             .mean(|p| p.sm_active)
             .is_none_or(|m| m >= c.exit_sm_active)
         || recent_mean < c.min_utilization - 0.2;
-    let mut evidence = ctx.utilization_evidence(&w);
-    evidence.activity_signal = Some(ActivitySignal::GpmSmActive);
-    gpm_evidence(&w, &mut evidence);
-    evidence.silent_seconds = round_opt(ctx.silent_seconds);
-    evidence.window_seconds = Some(round(w.seconds()));
-    Finding {
-        condition: Condition { enter, exit },
-        evidence,
-    }
+    ctx.finding(Condition { enter, exit }, || {
+        let mut evidence = ctx.utilization_evidence(&w);
+        evidence.activity_signal = Some(ActivitySignal::GpmSmActive);
+        gpm_evidence(&w, &mut evidence);
+        evidence.silent_seconds = round_opt(ctx.silent_seconds);
+        evidence.window_seconds = Some(round(w.seconds()));
+        evidence
+    })
 }

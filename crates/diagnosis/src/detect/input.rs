@@ -42,10 +42,7 @@ pub fn starved(ctx: &Ctx) -> Finding {
         || recent
             .mean(|p| p.utilization)
             .is_some_and(|m| m > c.exit_mean);
-    Finding {
-        condition: Condition { enter, exit },
-        evidence: ctx.utilization_evidence(&w),
-    }
+    ctx.finding(Condition { enter, exit }, || ctx.utilization_evidence(&w))
 }
 
 pub fn bound(ctx: &Ctx) -> Finding {
@@ -69,8 +66,5 @@ pub fn bound(ctx: &Ctx) -> Finding {
         || ctx.starved_active
         || job_stopped(ctx, w.seconds(), c.min_job_cpu)
         || recent_stats.is_some_and(|s| s.mean >= c.exit_mean || s.idle_share < c.exit_idle_share);
-    Finding {
-        condition: Condition { enter, exit },
-        evidence: ctx.utilization_evidence(&w),
-    }
+    ctx.finding(Condition { enter, exit }, || ctx.utilization_evidence(&w))
 }

@@ -12,35 +12,29 @@ pub fn host_pressure(ctx: &Ctx) -> Finding {
         || psi.is_some_and(|p| p >= c.min_psi_memory);
     let recovered =
         available.is_none_or(|a| a > c.exit_available) && psi.is_none_or(|p| p < c.exit_psi_memory);
-    let evidence = Evidence {
+    let condition = Condition {
+        enter: !ctx.jobs.is_empty() && short,
+        exit: ctx.jobs.is_empty() || recovered,
+    };
+    ctx.finding(condition, || Evidence {
         memory_available_ratio: round_opt(available),
         psi_memory_some: round_opt(psi),
         job_rss_bytes: ctx.jobs.iter().map(|j| j.rss_bytes).reduce(|a, b| a + b),
         swap_used_bytes: ctx.host.swap_used_bytes,
         ..Evidence::default()
-    };
-    Finding {
-        condition: Condition {
-            enter: !ctx.jobs.is_empty() && short,
-            exit: ctx.jobs.is_empty() || recovered,
-        },
-        evidence,
-    }
+    })
 }
 
 pub fn gpu_full(ctx: &Ctx) -> Finding {
     let c = &ctx.config.gpu_memory_full;
     let used = ctx.gpu.memory_used_ratio();
-    let evidence = Evidence {
+    let condition = Condition {
+        enter: !ctx.gpu.processes.is_empty() && used.is_some_and(|u| u >= c.min_used),
+        exit: used.is_none_or(|u| u < c.exit_used),
+    };
+    ctx.finding(condition, || Evidence {
         gpu_memory_used_ratio: round_opt(used),
         processes: ctx.sharers.clone(),
         ..Evidence::default()
-    };
-    Finding {
-        condition: Condition {
-            enter: !ctx.gpu.processes.is_empty() && used.is_some_and(|u| u >= c.min_used),
-            exit: used.is_none_or(|u| u < c.exit_used),
-        },
-        evidence,
-    }
+    })
 }

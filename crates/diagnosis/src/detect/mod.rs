@@ -11,7 +11,7 @@ mod progress;
 mod refine;
 mod throttle;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 
 pub use refine::spread_cpu;
 pub use throttle::THROTTLE_MASK;
@@ -53,6 +53,9 @@ pub struct Ctx<'a> {
     pub had_job: bool,
     /// Activity statistics of the windows asked for so far at this sample.
     pub utilization: UtilizationCache,
+    /// The kind being detected is active (set by the engine before each
+    /// kind): its evidence is kept and its end event carries it.
+    pub active: Cell<bool>,
 }
 
 /// Activity statistics by window length, for one GPU at one sample: the
@@ -67,6 +70,23 @@ pub struct Finding {
 }
 
 impl Ctx<'_> {
+    /// A detector's finding. Its evidence is built only where it can be
+    /// used: the kind is active (the evidence is kept, an end event carries
+    /// it) or its enter condition holds (a start event would carry it).
+    /// Otherwise the evidence is left empty: most kinds are inactive on most
+    /// GPUs at most samples, and their evidence would be thrown away.
+    pub fn finding(&self, condition: Condition, evidence: impl FnOnce() -> Evidence) -> Finding {
+        let wanted = self.active.get() || condition.enter;
+        Finding {
+            condition,
+            evidence: if wanted {
+                evidence()
+            } else {
+                Evidence::default()
+            },
+        }
+    }
+
     pub fn window(&self, kind: Kind) -> Window<'_> {
         self.history.window(self.config.timing(kind).window)
     }

@@ -10,30 +10,26 @@ pub fn shared(ctx: &Ctx) -> Finding {
         .jobs
         .iter()
         .any(|j| ctx.t - j.start_time < ctx.config.warmup_seconds());
-    Finding {
-        condition: Condition {
-            enter: n >= 2 && !warming,
-            exit: n <= 1,
-        },
-        evidence: Evidence {
-            processes: ctx.sharers.clone(),
-            gpu_memory_used_ratio: ctx.gpu.memory_used_ratio(),
-            ..Evidence::default()
-        },
-    }
+    let condition = Condition {
+        enter: n >= 2 && !warming,
+        exit: n <= 1,
+    };
+    ctx.finding(condition, || Evidence {
+        processes: ctx.sharers.clone(),
+        gpu_memory_used_ratio: ctx.gpu.memory_used_ratio(),
+        ..Evidence::default()
+    })
 }
 
 pub fn leftover(ctx: &Ctx) -> Finding {
     let any = !ctx.leftovers.is_empty();
-    Finding {
-        condition: Condition {
-            enter: any,
-            exit: !any,
-        },
-        evidence: Evidence {
-            processes: ctx.leftovers.clone(),
-            gpu_memory_used_ratio: ctx.gpu.memory_used_ratio(),
-            ..Evidence::default()
-        },
-    }
+    let condition = Condition {
+        enter: any,
+        exit: !any,
+    };
+    ctx.finding(condition, || Evidence {
+        processes: ctx.leftovers.clone(),
+        gpu_memory_used_ratio: ctx.gpu.memory_used_ratio(),
+        ..Evidence::default()
+    })
 }

@@ -34,14 +34,13 @@ pub fn busy(ctx: &Ctx) -> Finding {
         .unwrap_or(0.0);
     let has_job = ctx.history.latest().is_some_and(|p| p.has_job);
     let exit = !has_job || !silent_long(ctx) || recent_busy < c.exit_busy_share;
-    let mut evidence = ctx.utilization_evidence(&w);
-    evidence.silent_seconds = round_opt(ctx.silent_seconds);
-    evidence.hang_seconds = Some(round(ctx.hang_seconds));
-    ctx.power_evidence(power, &mut evidence);
-    Finding {
-        condition: Condition { enter, exit },
-        evidence,
-    }
+    ctx.finding(Condition { enter, exit }, || {
+        let mut evidence = ctx.utilization_evidence(&w);
+        evidence.silent_seconds = round_opt(ctx.silent_seconds);
+        evidence.hang_seconds = Some(round(ctx.hang_seconds));
+        ctx.power_evidence(power, &mut evidence);
+        evidence
+    })
 }
 
 pub fn idle(ctx: &Ctx) -> Finding {
@@ -67,11 +66,10 @@ pub fn idle(ctx: &Ctx) -> Finding {
                 .is_some_and(|cpu| cpu >= 4.0 * c.max_job_cpu.max(0.05))
     });
     let exit = !has_job || !silent_long(ctx) || woke;
-    let mut evidence = ctx.utilization_evidence(&w);
-    evidence.silent_seconds = round_opt(ctx.silent_seconds);
-    evidence.hang_seconds = Some(round(ctx.hang_seconds));
-    Finding {
-        condition: Condition { enter, exit },
-        evidence,
-    }
+    ctx.finding(Condition { enter, exit }, || {
+        let mut evidence = ctx.utilization_evidence(&w);
+        evidence.silent_seconds = round_opt(ctx.silent_seconds);
+        evidence.hang_seconds = Some(round(ctx.hang_seconds));
+        evidence
+    })
 }

@@ -123,21 +123,21 @@ pub fn single_thread(ctx: &Ctx) -> Finding {
             one.max(p.spread_cpu.unwrap_or(0.0))
         })
         .unwrap_or(0.0);
-    let mut evidence = ctx.utilization_evidence(&w);
-    evidence.pinned_share = round_opt(pinned);
-    evidence.host_cpu_ratio = round_opt(host);
-    evidence.psi_cpu_some = round_opt(psi);
-    evidence.host_cpus = ctx.host.cpus;
-    if spread_share > one_share {
-        evidence.gil_spread = gil_spread(ctx, c.max_process_cpu);
-    }
-    Finding {
-        condition: Condition {
-            enter,
-            exit: load < c.exit_thread_cpu,
-        },
-        evidence,
-    }
+    let condition = Condition {
+        enter,
+        exit: load < c.exit_thread_cpu,
+    };
+    ctx.finding(condition, || {
+        let mut evidence = ctx.utilization_evidence(&w);
+        evidence.pinned_share = round_opt(pinned);
+        evidence.host_cpu_ratio = round_opt(host);
+        evidence.psi_cpu_some = round_opt(psi);
+        evidence.host_cpus = ctx.host.cpus;
+        if spread_share > one_share {
+            evidence.gil_spread = gil_spread(ctx, c.max_process_cpu);
+        }
+        evidence
+    })
 }
 
 /// The spread to show now: the GIL-bound process with the most busy-thread
@@ -173,14 +173,13 @@ pub fn cpu_saturated(ctx: &Ctx) -> Finding {
         }
         None => host_now < c.exit_host_cpu,
     };
-    let mut evidence = ctx.utilization_evidence(&w);
-    evidence.host_cpu_ratio = round_opt(host);
-    evidence.psi_cpu_some = round_opt(psi);
-    evidence.host_cpus = ctx.host.cpus;
-    Finding {
-        condition: Condition { enter, exit: calm },
-        evidence,
-    }
+    ctx.finding(Condition { enter, exit: calm }, || {
+        let mut evidence = ctx.utilization_evidence(&w);
+        evidence.host_cpu_ratio = round_opt(host);
+        evidence.psi_cpu_some = round_opt(psi);
+        evidence.host_cpus = ctx.host.cpus;
+        evidence
+    })
 }
 
 pub fn io_bound(ctx: &Ctx) -> Finding {
@@ -199,20 +198,20 @@ pub fn io_bound(ctx: &Ctx) -> Finding {
         .share(|p| p.has_job.then_some(p.disk_sleep))
         .unwrap_or(0.0);
     let psi_now = ctx.history.latest().and_then(|p| p.psi_io).unwrap_or(0.0);
-    let mut evidence = ctx.utilization_evidence(&w);
-    evidence.psi_io_some = round_opt(psi);
-    evidence.disk_sleep_share = round_opt(disk_sleep);
-    evidence.read_bytes_per_second = ctx
-        .jobs
-        .iter()
-        .filter_map(|j| j.read_bytes_per_second)
-        .reduce(|a, b| a + b)
-        .map(round);
-    Finding {
-        condition: Condition {
-            enter,
-            exit: psi_now < c.exit_psi_io && recent_d < c.exit_disk_sleep_share,
-        },
-        evidence,
-    }
+    let condition = Condition {
+        enter,
+        exit: psi_now < c.exit_psi_io && recent_d < c.exit_disk_sleep_share,
+    };
+    ctx.finding(condition, || {
+        let mut evidence = ctx.utilization_evidence(&w);
+        evidence.psi_io_some = round_opt(psi);
+        evidence.disk_sleep_share = round_opt(disk_sleep);
+        evidence.read_bytes_per_second = ctx
+            .jobs
+            .iter()
+            .filter_map(|j| j.read_bytes_per_second)
+            .reduce(|a, b| a + b)
+            .map(round);
+        evidence
+    })
 }

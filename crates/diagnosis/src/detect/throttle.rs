@@ -24,7 +24,7 @@ pub fn throttled(ctx: &Ctx) -> Finding {
     let share = w.share(|p| busy(p).then_some(p.throttled));
     let enter = w.covered() && busy_share >= 0.5 && share.is_some_and(|s| s >= c.min_share);
     let exit = !ctx.history.latest().is_some_and(|p| p.throttled);
-    let evidence = Evidence {
+    ctx.finding(Condition { enter, exit }, || Evidence {
         window_seconds: Some(round(w.seconds())),
         throttled_share: round_opt(share),
         busy_share: Some(round(busy_share)),
@@ -37,9 +37,5 @@ pub fn throttled(ctx: &Ctx) -> Finding {
         power_watts: ctx.gpu.power_watts,
         power_limit_watts: ctx.gpu.power_limit_watts,
         ..Evidence::default()
-    };
-    Finding {
-        condition: Condition { enter, exit },
-        evidence,
-    }
+    })
 }
