@@ -4,10 +4,11 @@
 //! CPU time and I/O, whose processes come and go) are carried forward in the
 //! previous snapshot and grow by each process's own non-negative delta.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::sample::{
     CpuTimes, GpuSample, HostSample, IoCounters, JobSample, ProcessId, ProcessSample, Sample,
+    ThreadSample,
 };
 use crate::snapshot::{
     ClockEventReason, GpuProcessSnapshot, GpuSnapshot, HostSnapshot, JobSnapshot, ProcessUsage,
@@ -233,7 +234,8 @@ fn io_totals(snap: &JobSnapshot) -> Option<IoCounters> {
     })
 }
 
-/// The busiest threads over the interval, from per-thread CPU deltas.
+/// The busiest threads over the interval, from per-thread CPU deltas. Only
+/// the few kept are copied out (names included).
 fn top_threads(prev: &JobSample, job: &JobSample, dt: f64) -> Vec<ThreadUsage> {
     let old: HashMap<(ProcessId, u32), f64> = job_processes(prev)
         .flat_map(|p| {
@@ -242,23 +244,33 @@ fn top_threads(prev: &JobSample, job: &JobSample, dt: f64) -> Vec<ThreadUsage> {
                 .map(move |t| ((p.id, t.tid), t.cpu_seconds))
         })
         .collect();
-    let mut usage: Vec<ThreadUsage> = job_processes(job)
+    let mut usage: Vec<(f64, &ProcessSample, &ThreadSample)> = job_processes(job)
         .flat_map(|p| p.threads.iter().map(move |t| (p, t)))
         .filter_map(|(p, t)| {
             let before = old.get(&(p.id, t.tid))?;
             let used = counter_delta(*before, t.cpu_seconds)?;
-            Some(ThreadUsage {
-                pid: p.id.pid,
-                tid: t.tid,
-                name: t.name.clone(),
-                state: t.state,
-                cpu_ratio: (used / dt).clamp(0.0, 1.0),
-            })
+            Some(((used / dt).clamp(0.0, 1.0), p, t))
         })
         .collect();
-    usage.sort_by(|a, b| b.cpu_ratio.total_cmp(&a.cpu_ratio).then(a.tid.cmp(&b.tid)));
-    usage.truncate(TOP_THREADS);
+    let busier = |a: &(f64, &ProcessSample, &ThreadSample),
+                  b: &(f64, &ProcessSample, &ThreadSample)| {
+        b.0.total_cmp(&a.0).then(a.2.tid.cmp(&b.2.tid))
+    };
+    if usage.len() > TOP_THREADS {
+        usage.select_nth_unstable_by(TOP_THREADS, busier);
+        usage.truncate(TOP_THREADS);
+    }
+    usage.sort_by(busier);
     usage
+        .into_iter()
+        .map(|(cpu_ratio, p, t)| ThreadUsage {
+            pid: p.id.pid,
+            tid: t.tid,
+            name: t.name.clone(),
+            state: t.state,
+            cpu_ratio,
+        })
+        .collect()
 }
 
 /// CPU over the interval of the processes that own the top threads, busiest

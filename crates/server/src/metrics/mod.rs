@@ -12,6 +12,7 @@ mod labels;
 mod verdicts;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use collector::sample::ErrorSource;
 use collector::snapshot::{GpuProcessSnapshot, GpuSnapshot, Snapshot};
@@ -91,11 +92,16 @@ fn exported_processes(
     g.processes.iter().take(max_processes)
 }
 
+/// The length of the last body rendered, so that the next one (about as
+/// long) is written into one allocation instead of growing through several.
+static LAST_LEN: AtomicUsize = AtomicUsize::new(16 * 1024);
+
 /// Renders a snapshot and its diagnosis in the given format.
 pub fn render(scrape: Scrape, format: Format) -> String {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(scrape));
-    let mut out = String::with_capacity(16 * 1024);
+    let last = LAST_LEN.load(Ordering::Relaxed);
+    let mut out = String::with_capacity(last + last / 8);
     // Writing into a String cannot fail.
     let _ = match format {
         Format::OpenMetrics => prometheus_client::encoding::text::encode(&mut out, &registry),
@@ -103,6 +109,7 @@ pub fn render(scrape: Scrape, format: Format) -> String {
             prometheus_client::encoding::prometheus_text::encode(&mut out, &registry)
         }
     };
+    LAST_LEN.store(out.len(), Ordering::Relaxed);
     out
 }
 
