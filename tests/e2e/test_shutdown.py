@@ -27,7 +27,9 @@ def exchange(port, path, gzip_ok, chunk, pause):
     with `pause` between reads. Returns ("refused" | "closed" | "response", raw bytes)."""
     try:
         s = socket.create_connection(("127.0.0.1", port), timeout=10)
-    except ConnectionRefusedError:
+    except (ConnectionRefusedError, ConnectionResetError):
+        # Reset: the connection was still in the listener's backlog, never
+        # accepted, when the daemon closed it on shutdown.
         return "refused", b""
     with s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # keep the server's writes waiting on us
