@@ -295,7 +295,7 @@ impl Engine {
             if was_active {
                 state.seconds_total[i] += dt;
             }
-            let job = || job_ref.get_or_init(|| primary_job(gpu, &jobs));
+            let job = || job_ref.get_or_init(|| primary_job(gpu, &jobs)).clone();
             if let Some(event) = event_for(transition, kind, gpu, t, job, &finding.evidence) {
                 if event.phase == Phase::Start {
                     state.events_total[i] += 1;
@@ -403,14 +403,12 @@ impl Engine {
         if was_active {
             state.seconds_total[FAULT] += dt;
         }
-        let job_ref = || primary_job(gpu, jobs).or(recent_job);
-        let job = OnceCell::new();
         if let Some(event) = event_for(
             transition,
             Kind::GpuFault,
             gpu,
             t,
-            || job.get_or_init(job_ref),
+            || primary_job(gpu, jobs).or(recent_job),
             &finding.evidence,
         ) {
             if event.phase == Phase::Start {
@@ -529,12 +527,12 @@ impl Engine {
 }
 
 /// The start or end event of an episode's transition, if there was one.
-fn event_for<'a>(
+fn event_for(
     transition: Option<Transition>,
     kind: Kind,
     gpu: &GpuFrame,
     t: f64,
-    job: impl FnOnce() -> &'a Option<JobRef>,
+    job: impl FnOnce() -> Option<JobRef>,
     evidence: &Evidence,
 ) -> Option<Event> {
     let (phase, since) = match transition? {

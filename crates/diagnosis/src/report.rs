@@ -30,7 +30,7 @@ pub fn make_event(
     gpu: &GpuFrame,
     t: f64,
     since: f64,
-    job: &Option<JobRef>,
+    job: Option<JobRef>,
     evidence: &Evidence,
 ) -> Event {
     Event {
@@ -41,7 +41,7 @@ pub fn make_event(
         gpu: gpu.index,
         uuid: gpu.uuid.clone(),
         since,
-        job: job.clone(),
+        job,
         evidence: evidence.clone(),
         hint: hint(kind, evidence),
     }
