@@ -267,4 +267,10 @@ def test_scenario(name, daemon_factory, tmp_path):
                 "labels": [{"kind": l.kind, "gpu": l.gpu, "onset_s": l.onset_s, "deadline_s": dl}
                            for l, dl in zip(labels, deadlines)]}
         (RECORDED / f"{name}.json").write_text(json.dumps(meta, indent=1) + "\n")
+    if problems and frames.exists():
+        # The frames the daemon saw, for replaying a failure that timing made.
+        kept = RESULTS.parent / "scenario-failures" / f"{name}-{int(t0)}.jsonl"
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(frames, kept)
+        problems.append(f"frames kept in {kept} (t0 {t0:.3f})")
     assert not problems, "\n".join(problems) + f"\n\nall events: {[(e['kind'], e['phase'], round(rel(e), 1)) for e in events]}"
