@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use axum::body::Bytes;
 use flate2::{Compress, Compression, FlushCompress, Status};
 
-use crate::metrics::{self, Format, Scrape};
+use crate::metrics::{Format, Renderer, Scrape};
 use collector::snapshot::Snapshot;
 
 /// Scrapes further apart than this are not expected again.
@@ -65,6 +65,8 @@ impl Asked {
 
 pub struct MetricsBodies {
     rendered: Mutex<Rendered>,
+    /// Locked only while `rendered` is.
+    renderer: Mutex<Renderer>,
     gzip: Mutex<Compress>,
     /// [format][gzip]
     asked: Mutex<[[Asked; 2]; 2]>,
@@ -75,6 +77,7 @@ impl Default for MetricsBodies {
     fn default() -> Self {
         MetricsBodies {
             rendered: Mutex::default(),
+            renderer: Mutex::default(),
             // 15: the largest window; `new_gzip` writes the gzip header and trailer.
             gzip: Mutex::new(Compress::new_gzip(Compression::fast(), 15)),
             asked: Mutex::default(),
@@ -141,7 +144,8 @@ impl MetricsBodies {
             Some(plain) => plain.clone(),
             None => {
                 self.renders.fetch_add(1, Ordering::Relaxed);
-                let plain = Bytes::from(metrics::render(scrape, format));
+                let mut renderer = self.renderer.lock().unwrap_or_else(PoisonError::into_inner);
+                let plain = Bytes::from(renderer.render(scrape, format));
                 rendered.bodies[f][0] = Some(plain.clone());
                 plain
             }

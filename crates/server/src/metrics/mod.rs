@@ -12,7 +12,6 @@ mod labels;
 mod verdicts;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use collector::sample::ErrorSource;
 use collector::snapshot::{GpuProcessSnapshot, GpuSnapshot, Snapshot};
@@ -69,16 +68,45 @@ pub struct Scrape {
     pub max_processes: usize,
 }
 
-impl Collector for Scrape {
+/// A body is written in three parts, in this order; the middle one, the
+/// per-kind stall series (15 kinds per GPU: half the body's series), holds
+/// the same text sample after sample until an episode starts, runs or ends.
+#[derive(Debug, Clone, Copy)]
+enum Section {
+    /// The daemon's own series, the GPUs, their faults, the verdicts.
+    Head,
+    /// Every kind's state and counters per GPU.
+    Stalls,
+    /// The GPUs' job idle time, the jobs, the host.
+    Tail,
+}
+
+#[derive(Debug)]
+struct Part {
+    scrape: Arc<Scrape>,
+    section: Section,
+}
+
+impl Collector for Part {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let s = &self.snapshot;
+        let s = &self.scrape.snapshot;
+        let diagnosis = &self.scrape.diagnosis;
+        let max_processes = self.scrape.max_processes;
         let e = &mut encoder;
-        own(e, s)?;
-        gpu::encode(e, s, self.max_processes)?;
-        faults::encode(e, s)?;
-        verdicts::encode(e, &self.diagnosis)?;
-        job::encode(e, s, self.max_processes)?;
-        host::encode(e, &s.host)
+        match self.section {
+            Section::Head => {
+                own(e, s)?;
+                gpu::encode(e, s, max_processes)?;
+                faults::encode(e, s)?;
+                verdicts::verdict(e, diagnosis)
+            }
+            Section::Stalls => verdicts::stalls(e, diagnosis),
+            Section::Tail => {
+                verdicts::job_idle(e, diagnosis)?;
+                job::encode(e, s, max_processes)?;
+                host::encode(e, &s.host)
+            }
+        }
     }
 }
 
@@ -92,25 +120,72 @@ fn exported_processes(
     g.processes.iter().take(max_processes)
 }
 
-/// The length of the last body rendered, so that the next one (about as
-/// long) is written into one allocation instead of growing through several.
-static LAST_LEN: AtomicUsize = AtomicUsize::new(16 * 1024);
+/// Renders bodies one after another, keeping what the next can reuse: the
+/// stall series' text per format (with the diagnosis it was written from),
+/// and the last body's length (the next, about as long, is written into one
+/// allocation instead of growing through several).
+#[derive(Debug)]
+pub struct Renderer {
+    last_len: usize,
+    /// [format]
+    stalls: [Option<(Arc<Vec<GpuStatus>>, String)>; 2],
+}
 
-/// Renders a snapshot and its diagnosis in the given format.
+impl Default for Renderer {
+    fn default() -> Self {
+        Renderer {
+            last_len: 16 * 1024,
+            stalls: [None, None],
+        }
+    }
+}
+
+impl Renderer {
+    /// Renders a snapshot and its diagnosis in the given format.
+    pub fn render(&mut self, scrape: Scrape, format: Format) -> String {
+        let scrape = Arc::new(scrape);
+        let mut out = String::with_capacity(self.last_len + self.last_len / 8);
+        encode(&mut out, &scrape, Section::Head, format);
+        let diagnosis = &scrape.diagnosis;
+        match &self.stalls[format as usize] {
+            Some((from, text)) if verdicts::same_stalls(from, diagnosis) => out.push_str(text),
+            _ => {
+                let mut text = String::new();
+                encode(&mut text, &scrape, Section::Stalls, format);
+                out.push_str(&text);
+                self.stalls[format as usize] = Some((diagnosis.clone(), text));
+            }
+        }
+        encode(&mut out, &scrape, Section::Tail, format);
+        if format == Format::OpenMetrics {
+            // Writing into a String cannot fail.
+            let _ = prometheus_client::encoding::text::encode_eof(&mut out);
+        }
+        self.last_len = out.len();
+        out
+    }
+}
+
+/// Renders a snapshot and its diagnosis in the given format, once (a
+/// [`Renderer`] keeps what the next body can reuse).
 pub fn render(scrape: Scrape, format: Format) -> String {
+    Renderer::default().render(scrape, format)
+}
+
+/// Appends one section of a body to `out`.
+fn encode(out: &mut String, scrape: &Arc<Scrape>, section: Section, format: Format) {
     let mut registry = Registry::default();
-    registry.register_collector(Box::new(scrape));
-    let last = LAST_LEN.load(Ordering::Relaxed);
-    let mut out = String::with_capacity(last + last / 8);
+    registry.register_collector(Box::new(Part {
+        scrape: scrape.clone(),
+        section,
+    }));
     // Writing into a String cannot fail.
     let _ = match format {
-        Format::OpenMetrics => prometheus_client::encoding::text::encode(&mut out, &registry),
+        Format::OpenMetrics => prometheus_client::encoding::text::encode_registry(out, &registry),
         Format::PrometheusText => {
-            prometheus_client::encoding::prometheus_text::encode(&mut out, &registry)
+            prometheus_client::encoding::prometheus_text::encode(out, &registry)
         }
     };
-    LAST_LEN.store(out.len(), Ordering::Relaxed);
-    out
 }
 
 /// Writes one metric family: a descriptor and a value per label set. A
@@ -224,4 +299,80 @@ fn own(e: &mut DescriptorEncoder, s: &Snapshot) -> Result<(), std::fmt::Error> {
             )
         }),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use diagnosis::status::KindCounters;
+    use diagnosis::{Kind, Verdict};
+
+    fn status(verdict: Verdict, starved: KindCounters) -> GpuStatus {
+        GpuStatus {
+            gpu: 0,
+            uuid: "GPU-0".to_owned(),
+            verdict,
+            verdict_since: 0.0,
+            active: Vec::new(),
+            jobs: Vec::new(),
+            job_idle_seconds_total: 0.0,
+            kinds: Kind::ALL
+                .into_iter()
+                .map(|k| (k, KindCounters::default()))
+                .chain([(Kind::InputStarved, starved)])
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_renderer_reuses_the_stall_series_only_while_they_are_the_same() {
+        let snapshot = Arc::new(Snapshot::default());
+        let scrape = |d: &Arc<Vec<GpuStatus>>| Scrape {
+            snapshot: snapshot.clone(),
+            diagnosis: d.clone(),
+            max_processes: 16,
+        };
+        let quiet = status(Verdict::Healthy, KindCounters::default());
+        let starved = |seconds_total| KindCounters {
+            active: true,
+            seconds_total,
+            events_total: 1,
+        };
+        let diagnoses = [
+            quiet.clone(),
+            // The same stall series under another verdict and idle time.
+            GpuStatus {
+                verdict: Verdict::Stalled,
+                job_idle_seconds_total: 3.0,
+                ..quiet.clone()
+            },
+            status(Verdict::Stalled, starved(1.0)),
+            status(Verdict::Stalled, starved(2.0)),
+            // Another GPU with the same counters.
+            GpuStatus {
+                uuid: "GPU-1".to_owned(),
+                ..status(Verdict::Stalled, starved(2.0))
+            },
+            quiet,
+        ]
+        .map(|g| Arc::new(vec![g]));
+        let line =
+            r#"stallwatch_gpu_stall_seconds_total{gpu="0",uuid="GPU-0",kind="input_starved"} 2.0"#;
+        let mut renderer = Renderer::default();
+        for format in [Format::OpenMetrics, Format::PrometheusText] {
+            let mut bodies = Vec::new();
+            for d in &diagnoses {
+                let body = renderer.render(scrape(d), format);
+                assert_eq!(body, render(scrape(d), format), "{format:?} {d:?}");
+                bodies.push(body);
+            }
+            let has = |i: usize| bodies[i].lines().any(|l| l == line);
+            assert_eq!(
+                (0..bodies.len()).map(has).collect::<Vec<_>>(),
+                [false, false, false, true, false, false],
+                "{format:?}"
+            );
+            assert!(bodies[4].contains(r#"uuid="GPU-1",kind="input_starved"} 2.0"#));
+        }
+    }
 }

@@ -27,7 +27,17 @@ fn per_kind(
     })
 }
 
-pub fn encode(e: &mut DescriptorEncoder, gpus: &[GpuStatus]) -> Result<(), std::fmt::Error> {
+/// Whether the stall series of `a` and `b` are the same: the same GPUs,
+/// each with the same counters for every kind.
+pub fn same_stalls(a: &[GpuStatus], b: &[GpuStatus]) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|(a, b)| a.gpu == b.gpu && a.uuid == b.uuid && a.kinds == b.kinds)
+}
+
+/// Each GPU's verdict.
+pub fn verdict(e: &mut DescriptorEncoder, gpus: &[GpuStatus]) -> Result<(), std::fmt::Error> {
     gauge(
         e,
         "stallwatch_gpu_verdict",
@@ -42,7 +52,11 @@ pub fn encode(e: &mut DescriptorEncoder, gpus: &[GpuStatus]) -> Result<(), std::
                 )
             })
         }),
-    )?;
+    )
+}
+
+/// Every kind's state and counters per GPU.
+pub fn stalls(e: &mut DescriptorEncoder, gpus: &[GpuStatus]) -> Result<(), std::fmt::Error> {
     gauge(
         e,
         "stallwatch_gpu_stall_active",
@@ -63,7 +77,11 @@ pub fn encode(e: &mut DescriptorEncoder, gpus: &[GpuStatus]) -> Result<(), std::
         "Episodes of the kind started on the GPU.",
         None,
         per_kind(gpus, |c| c.events_total as f64),
-    )?;
+    )
+}
+
+/// Each GPU's job idle time.
+pub fn job_idle(e: &mut DescriptorEncoder, gpus: &[GpuStatus]) -> Result<(), std::fmt::Error> {
     counter(
         e,
         "stallwatch_gpu_job_idle",
