@@ -312,7 +312,9 @@ fn main() {
 
     // What one gzip scrape of a new sample costs the server: the body
     // rendered and gzipped as `/metrics` makes it (two snapshots in turn, so
-    // that every call is a new sample's first scrape).
+    // that every call is a new sample's first scrape; the diagnosis stays the
+    // same, so the stall series are reused as they are on a host where no
+    // episode starts or runs).
     let bodies = MetricsBodies::default();
     let other: Arc<Snapshot> = Arc::new((*snap1).clone());
     let mut flip = false;
