@@ -25,13 +25,15 @@ use collector::snapshot::Snapshot;
 /// Scrapes further apart than this are not expected again.
 const LONGEST_GAP: Duration = Duration::from_secs(600);
 
-/// What the responses of one sample are made of.
+/// The responses of one sample, and the renderer that made them.
 #[derive(Default)]
 struct Rendered {
     /// The sample they were rendered from.
     snapshot: Option<Arc<Snapshot>>,
     /// [format][gzip]
     bodies: [[Option<Bytes>; 2]; 2],
+    /// Kept from sample to sample: what the next body can reuse.
+    renderer: Renderer,
 }
 
 /// When a kind of body was last asked for, and the gap before that.
@@ -65,8 +67,6 @@ impl Asked {
 
 pub struct MetricsBodies {
     rendered: Mutex<Rendered>,
-    /// Locked only while `rendered` is.
-    renderer: Mutex<Renderer>,
     gzip: Mutex<Compress>,
     /// [format][gzip]
     asked: Mutex<[[Asked; 2]; 2]>,
@@ -77,7 +77,6 @@ impl Default for MetricsBodies {
     fn default() -> Self {
         MetricsBodies {
             rendered: Mutex::default(),
-            renderer: Mutex::default(),
             // 15: the largest window; `new_gzip` writes the gzip header and trailer.
             gzip: Mutex::new(Compress::new_gzip(Compression::fast(), 15)),
             asked: Mutex::default(),
@@ -131,10 +130,8 @@ impl MetricsBodies {
             .as_ref()
             .is_some_and(|s| Arc::ptr_eq(s, &scrape.snapshot));
         if !same {
-            *rendered = Rendered {
-                snapshot: Some(scrape.snapshot.clone()),
-                ..Rendered::default()
-            };
+            rendered.snapshot = Some(scrape.snapshot.clone());
+            rendered.bodies = Default::default();
         }
         let f = format as usize;
         if let Some(body) = &rendered.bodies[f][usize::from(gzip)] {
@@ -144,8 +141,7 @@ impl MetricsBodies {
             Some(plain) => plain.clone(),
             None => {
                 self.renders.fetch_add(1, Ordering::Relaxed);
-                let mut renderer = self.renderer.lock().unwrap_or_else(PoisonError::into_inner);
-                let plain = Bytes::from(renderer.render(scrape, format));
+                let plain = Bytes::from(rendered.renderer.render(scrape, format));
                 rendered.bodies[f][0] = Some(plain.clone());
                 plain
             }

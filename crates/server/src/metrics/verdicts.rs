@@ -28,7 +28,8 @@ fn per_kind(
 }
 
 /// Whether the stall series of `a` and `b` are the same: the same GPUs,
-/// each with the same counters for every kind.
+/// each with the same counters for every kind (all that `labels` and
+/// `per_kind` read).
 pub fn same_stalls(a: &[GpuStatus], b: &[GpuStatus]) -> bool {
     a.len() == b.len()
         && a.iter()
