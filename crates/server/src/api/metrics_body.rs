@@ -10,15 +10,19 @@
 //! sample ([`MetricsBodies::prepare`]), and the scrape only sends bytes. No
 //! body is rendered that no scrape is expected to take; a scrape that comes
 //! unexpected renders its body itself, as before.
+//!
+//! A gzip body is deflated in pieces (`api/gzip.rs`), the stall series'
+//! piece kept from the last body while its text stays the same.
 
+use std::ops::Range;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
-use flate2::{Compress, Compression, FlushCompress, Status};
 
+use super::gzip::Gzip;
 use crate::metrics::{Format, Renderer, Scrape};
 use collector::snapshot::Snapshot;
 
@@ -32,8 +36,11 @@ struct Rendered {
     snapshot: Option<Arc<Snapshot>>,
     /// [format][gzip]
     bodies: [[Option<Bytes>; 2]; 2],
+    /// [format]: where the stall series lie in the plain body.
+    stalls: [Range<usize>; 2],
     /// Kept from sample to sample: what the next body can reuse.
     renderer: Renderer,
+    gzip: Gzip,
 }
 
 /// When a kind of body was last asked for, and the gap before that.
@@ -65,24 +72,12 @@ impl Asked {
     }
 }
 
+#[derive(Default)]
 pub struct MetricsBodies {
     rendered: Mutex<Rendered>,
-    gzip: Mutex<Compress>,
     /// [format][gzip]
     asked: Mutex<[[Asked; 2]; 2]>,
     renders: AtomicU64,
-}
-
-impl Default for MetricsBodies {
-    fn default() -> Self {
-        MetricsBodies {
-            rendered: Mutex::default(),
-            // 15: the largest window; `new_gzip` writes the gzip header and trailer.
-            gzip: Mutex::new(Compress::new_gzip(Compression::fast(), 15)),
-            asked: Mutex::default(),
-            renders: AtomicU64::new(0),
-        }
-    }
 }
 
 const FORMATS: [Format; 2] = [Format::OpenMetrics, Format::PrometheusText];
@@ -141,46 +136,21 @@ impl MetricsBodies {
             Some(plain) => plain.clone(),
             None => {
                 self.renders.fetch_add(1, Ordering::Relaxed);
-                let plain = Bytes::from(rendered.renderer.render(scrape, format));
+                let (text, stalls) = rendered.renderer.render_parts(scrape, format);
+                let plain = Bytes::from(text);
                 rendered.bodies[f][0] = Some(plain.clone());
+                rendered.stalls[f] = stalls;
                 plain
             }
         };
         if !gzip {
             return plain;
         }
-        let gzipped = Bytes::from(self.compress(&plain));
+        let stalls = rendered.stalls[f].clone();
+        let gzipped = Bytes::from(rendered.gzip.gzip(&plain, stalls, f));
         rendered.bodies[f][1] = Some(gzipped.clone());
         gzipped
     }
-
-    fn compress(&self, input: &[u8]) -> Vec<u8> {
-        let mut c = self.gzip.lock().unwrap_or_else(PoisonError::into_inner);
-        c.reset();
-        let mut out = Vec::with_capacity(input.len() / 4 + 1024);
-        loop {
-            let consumed = c.total_in() as usize;
-            match c.compress_vec(&input[consumed..], &mut out, FlushCompress::Finish) {
-                Ok(Status::StreamEnd) => return out,
-                // The output is full: make room and go on.
-                Ok(Status::Ok | Status::BufError) => out.reserve(out.capacity().max(4096)),
-                // Deflating into a vector with room cannot fail; send it plain.
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot gzip /metrics");
-                    return flate_fallback(input);
-                }
-            }
-        }
-    }
-}
-
-/// A gzip member of stored (uncompressed) blocks, for the case that cannot
-/// happen: the compressor failing.
-fn flate_fallback(input: &[u8]) -> Vec<u8> {
-    use std::io::Write;
-    let mut e = flate2::write::GzEncoder::new(Vec::new(), Compression::none());
-    let _ = e.write_all(input);
-    e.finish().unwrap_or_default()
 }
 
 /// Whether `Accept-Encoding` allows gzip (`gzip` or `*` with a q-value
@@ -331,14 +301,50 @@ mod tests {
     }
 
     #[test]
-    fn a_body_larger_than_the_first_guess_is_compressed_whole() {
+    fn gzip_bodies_are_the_plain_ones_whether_the_stall_series_change_or_not() {
+        use diagnosis::status::KindCounters;
+        use diagnosis::{GpuStatus, Kind, Verdict};
+        let status = |seconds_total: f64| GpuStatus {
+            gpu: 0,
+            uuid: "GPU-0".to_owned(),
+            verdict: Verdict::Stalled,
+            verdict_since: 0.0,
+            active: Vec::new(),
+            jobs: Vec::new(),
+            job_idle_seconds_total: seconds_total,
+            kinds: Kind::ALL
+                .into_iter()
+                .map(|k| {
+                    let c = KindCounters {
+                        active: k == Kind::InputStarved,
+                        seconds_total,
+                        events_total: 1,
+                    };
+                    (k, c)
+                })
+                .collect(),
+        };
         let bodies = MetricsBodies::default();
-        // Incompressible input, larger than the output's first capacity.
-        let input: Vec<u8> = (0..200_000u32)
-            .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
-            .collect();
-        assert_eq!(gunzip(&bodies.compress(&input)), input);
-        assert_eq!(gunzip(&bodies.compress(b"small")), b"small");
+        // The same stall series twice, then growing, then the same again.
+        for seconds in [1.0, 1.0, 2.0, 3.0, 3.0] {
+            let scrape = Scrape {
+                snapshot: Arc::new(Snapshot::default()),
+                diagnosis: Arc::new(vec![status(seconds)]),
+                max_processes: 16,
+            };
+            let gzipped = bodies.body(scrape, Format::OpenMetrics, true);
+            let scrape = Scrape {
+                snapshot: bodies.rendered.lock().unwrap().snapshot.clone().unwrap(),
+                diagnosis: Arc::new(Vec::new()),
+                max_processes: 16,
+            };
+            let plain = bodies.body(scrape, Format::OpenMetrics, false);
+            let line = format!(
+                r#"stallwatch_gpu_stall_seconds_total{{gpu="0",uuid="GPU-0",kind="input_starved"}} {seconds:.1}"#
+            );
+            assert!(std::str::from_utf8(&plain).unwrap().contains(&line));
+            assert_eq!(gunzip(&gzipped), plain, "{seconds}");
+        }
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! What the daemon answers over HTTP: the router and its state, and one module per
 //! route (status and events, health, history, stacks, the status page).
 
+pub mod gzip;
 pub mod health;
 pub mod history;
 pub mod metrics_body;

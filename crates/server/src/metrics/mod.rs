@@ -11,6 +11,7 @@ mod job;
 mod labels;
 mod verdicts;
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use collector::sample::ErrorSource;
@@ -143,10 +144,17 @@ impl Default for Renderer {
 impl Renderer {
     /// Renders a snapshot and its diagnosis in the given format.
     pub fn render(&mut self, scrape: Scrape, format: Format) -> String {
+        self.render_parts(scrape, format).0
+    }
+
+    /// [`Renderer::render`], with where the stall series lie in the body
+    /// (the part that is usually the same as in the last body).
+    pub fn render_parts(&mut self, scrape: Scrape, format: Format) -> (String, Range<usize>) {
         let scrape = Arc::new(scrape);
         let mut out = String::with_capacity(self.last_len + self.last_len / 8);
         encode(&mut out, &scrape, Section::Head, format);
         let diagnosis = &scrape.diagnosis;
+        let start = out.len();
         match &self.stalls[format as usize] {
             Some((from, text)) if verdicts::same_stalls(from, diagnosis) => out.push_str(text),
             _ => {
@@ -156,13 +164,14 @@ impl Renderer {
                 self.stalls[format as usize] = Some((diagnosis.clone(), text));
             }
         }
+        let stalls = start..out.len();
         encode(&mut out, &scrape, Section::Tail, format);
         if format == Format::OpenMetrics {
             // Writing into a String cannot fail.
             let _ = prometheus_client::encoding::text::encode_eof(&mut out);
         }
         self.last_len = out.len();
-        out
+        (out, stalls)
     }
 }
 
