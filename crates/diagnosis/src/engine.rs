@@ -130,9 +130,16 @@ impl Engine {
                     self.gpus.len() - 1
                 }
             };
-            let mut state = std::mem::replace(&mut self.gpus[pos], GpuState::new(gpu, frame.t));
-            self.observe_gpu(&mut state, gpu, frame, &mut new_events);
-            self.gpus[pos] = state;
+            // In place: a GPU's state is 16 KB (an evidence per kind).
+            let state = &mut self.gpus[pos];
+            Self::observe_gpu(
+                &self.config,
+                &self.progress,
+                state,
+                gpu,
+                frame,
+                &mut new_events,
+            );
         }
         for state in &mut self.gpus {
             if !frame.gpus.iter().any(|g| same_gpu(state, g)) {
@@ -152,7 +159,8 @@ impl Engine {
     }
 
     fn observe_gpu(
-        &self,
+        config: &DiagnosisConfig,
+        progress: &Progress,
         state: &mut GpuState,
         gpu: &GpuFrame,
         frame: &Frame,
@@ -168,11 +176,10 @@ impl Engine {
         state.index = gpu.index;
         if !gpu.fresh {
             // A fault may be why the GPU stopped answering (Xid 79).
-            self.observe_fault(state, gpu, frame, &[], dt, events);
+            Self::observe_fault(config, state, gpu, frame, &[], dt, events);
             state.set_verdict(Verdict::Unknown, t);
             return;
         }
-        let config = &self.config;
         let warmup = config.warmup_seconds();
 
         // Processes and jobs on this GPU.
@@ -194,23 +201,23 @@ impl Engine {
             .filter(|j| t - j.start_time >= warmup)
             .collect();
         let sharers = processes::sharers(config, gpu, &jobs);
-        self.observe_fault(state, gpu, frame, &jobs, dt, events);
+        Self::observe_fault(config, state, gpu, frame, &jobs, dt, events);
 
         // Progress of the GPU's warmed-up jobs: the most recent output counts.
         let silent = warmed
             .iter()
-            .filter_map(|j| self.progress.silent_seconds(j, t))
+            .filter_map(|j| progress.silent_seconds(j, t))
             .reduce(f64::min);
         let hang = warmed
             .iter()
-            .map(|j| self.progress.hang_seconds(j, config))
+            .map(|j| progress.hang_seconds(j, config))
             .reduce(f64::max)
             .unwrap_or(config.hang_bounds().0);
 
         // Busy power is learned only while a job shows output at its usual rhythm.
         let progressing = warmed.iter().any(|j| {
-            let usual = self.progress.usual_interval(j);
-            let silent = self.progress.silent_seconds(j, t);
+            let usual = progress.usual_interval(j);
+            let silent = progress.silent_seconds(j, t);
             matches!((usual, silent), (Some(u), Some(s)) if s <= 2.0 * u)
         });
         let point = point(
@@ -345,7 +352,7 @@ impl Engine {
     /// The gpu_fault kind, judged on every frame the GPU is in, fresh or
     /// not: a GPU that fell off the bus does not answer, and its job is gone.
     fn observe_fault(
-        &self,
+        config: &DiagnosisConfig,
         state: &mut GpuState,
         gpu: &GpuFrame,
         frame: &Frame,
@@ -353,7 +360,6 @@ impl Engine {
         dt: f64,
         events: &mut Vec<Event>,
     ) {
-        let config = &self.config;
         let t = frame.t;
         let timing = config.timing(Kind::GpuFault);
         if !timing.enabled {
