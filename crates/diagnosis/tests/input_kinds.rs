@@ -40,6 +40,32 @@ fn starved_gpu_fires_once_within_three_minutes_and_ends_when_fed() {
 }
 
 #[test]
+fn a_batch_every_few_seconds_on_an_idle_gpu_is_starved_not_input_bound() {
+    let mut run = Run::default();
+    run.feed(0, 120, |t| frame(t, 0.9, vec![job(100, 1.2, 0.4)]));
+    // A batch every 3 s: NVML spreads its short burst over a one-second
+    // reading, so one sample in three reads 12% (mean 4%, idle share 0.67).
+    run.feed(120, 400, |t| {
+        let u = if (t as u32).is_multiple_of(3) {
+            0.12
+        } else {
+            0.0
+        };
+        frame(t, u, vec![job(100, 1.0, 0.5)])
+    });
+    let starts = run.starts(Kind::InputStarved);
+    assert_eq!(starts.len(), 1, "{:?}", run.events);
+    assert!(
+        starts[0] - 120.0 <= 180.0,
+        "reported {}s after onset",
+        starts[0] - 120.0
+    );
+    assert!(run.starts(Kind::InputBound).is_empty(), "{:?}", run.events);
+    let ev = &run.engine.status()[0].active[0].evidence;
+    assert!(ev.idle_share.unwrap() < 0.8);
+}
+
+#[test]
 fn idle_job_that_uses_no_cpu_is_not_starved() {
     let mut run = Run::default();
     run.feed(0, 400, |t| frame(t, 0.0, vec![job(100, 0.0, 0.0)]));
