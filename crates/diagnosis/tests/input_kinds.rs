@@ -53,14 +53,10 @@ fn a_batch_every_few_seconds_on_an_idle_gpu_is_starved_not_input_bound() {
         };
         frame(t, u, vec![job(100, 1.0, 0.5)])
     });
-    let starts = run.starts(Kind::InputStarved);
-    assert_eq!(starts.len(), 1, "{:?}", run.events);
-    assert!(
-        starts[0] - 120.0 <= 180.0,
-        "reported {}s after onset",
-        starts[0] - 120.0
-    );
-    assert!(run.starts(Kind::InputBound).is_empty(), "{:?}", run.events);
+    // Within three minutes of the onset, once, and never as input_bound.
+    let (starved, bound) = (run.starts(Kind::InputStarved), run.starts(Kind::InputBound));
+    assert!(matches!(starved[..], [t] if t <= 300.0), "{:?}", run.events);
+    assert!(bound.is_empty(), "{:?}", run.events);
     let ev = &run.engine.status()[0].active[0].evidence;
     assert!(ev.idle_share.unwrap() < 0.8);
 }
