@@ -39,8 +39,8 @@ OPENMETRICS = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0
 # its stdin reaches EOF; like every process started here it also gets SIGKILL
 # when this script dies, and `sleep`s end by themselves after a bounded time.
 JOB_CODE = r"""
-import ctypes, signal, subprocess, sys, threading
-threads, children, child_threads, life = map(int, sys.argv[1:5])
+import ctypes, signal, subprocess, sys, threading, time
+threads, children, child_threads, life, busy = map(int, sys.argv[1:6])
 die = lambda: ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
 worker = [sys.executable, "-c", WORKER_CODE, str(child_threads), str(life)]
 kid = worker if child_threads > 1 else ["sleep", str(life)]
@@ -49,8 +49,21 @@ for k in kids:
     if child_threads > 1:
         k.stdout.readline()
 stop = threading.Event()
+def waker():
+    while not stop.wait(0.2):
+        pass
+def compute():
+    while True:
+        t = time.perf_counter()
+        while time.perf_counter() - t < 0.02:
+            pass
+        time.sleep(0.98)
 for i in range(threads - 1):
-    threading.Thread(target=stop.wait, daemon=True).start()
+    if not busy:
+        target = stop.wait
+    else:
+        target = compute if i == 0 else waker
+    threading.Thread(target=target, daemon=True).start()
 print("ready", flush=True)
 sys.stdin.read()
 for k in kids:
@@ -76,8 +89,9 @@ class Shape:
     `children` child processes of `child_threads` threads each (`sleep`s when
     1, Python processes otherwise)."""
 
-    def __init__(self, name, threads, children, child_threads=1):
+    def __init__(self, name, threads, children, child_threads=1, busy=False):
         self.name, self.threads, self.children, self.child_threads = name, threads, children, child_threads
+        self.busy = busy
 
     @property
     def processes(self):
@@ -89,12 +103,17 @@ class Shape:
 
     def __str__(self):
         kids = f"{self.children} `sleep`s" if self.child_threads == 1 else f"{self.children} workers of {self.child_threads} threads"
-        return f"{self.threads}-thread holder + {kids}"
+        holder = f"{self.threads}-thread holder" + (" (busy)" if self.busy else "")
+        return f"{holder} + {kids}"
 
 
 BENCH = Shape("bench", JOB_THREADS, JOB_CHILDREN)
 # 16 DataLoader-like workers of 4 threads and a holder of 60 threads.
 HEAVY = Shape("heavy", 60, 16, 4)
+# The same, its holder busy as a training process is: one thread computes
+# 20 ms every second and the others wake five times a second; the workers
+# wait, as a DataLoader's do while its queue is full.
+HEAVY_BUSY = Shape("heavy-busy", 60, 16, 4, busy=True)
 
 # Unrelated processes: one shell forking `sleep`s, all in one process group.
 UNRELATED_CODE = 'i=0; while [ "$i" -lt "$1" ]; do sleep "$2" & i=$((i+1)); done; wait'
@@ -340,7 +359,7 @@ def start_jobs(group, life, count=GPUS, shape=BENCH):
     for _ in range(count):
         mark = f"{JOB_MARK}{next(_job_numbers)}"
         p = group.start(
-            [sys.executable, "-c", JOB_CODE, str(shape.threads), str(shape.children), str(shape.child_threads), str(life), mark],
+            [sys.executable, "-c", JOB_CODE, str(shape.threads), str(shape.children), str(shape.child_threads), str(life), str(int(shape.busy)), mark],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )

@@ -9,10 +9,13 @@
  * on each GPU's Xid event set, as the daemon's events thread does) and reads the /proc files
  * stallwatch reads per job, process and thread (the same files, kept open and
  * read again from offset 0: each process's `stat` and `io`, each thread's
- * `schedstat` and its `stat` only when the thread ran, is new or every 10
- * samples; `children` files every 5 samples; the task directory of each
+ * `schedstat` and its `stat` only when the thread ran, is new or its process
+ * is due (every 10 samples, staggered by pid); no thread of a quiet process
+ * (all its threads asleep when last read, its CPU ticks and io counters the same since, not
+ * due; `io` read first, as its counters count as activity); `children`
+ * files every 5 samples; the task directory of each
  * multi-threaded process listed when its thread count changed, a thread
- * vanished, or every 10 samples), and the host's files. It parses only the
+ * vanished, or it is due), and the host's files. It parses only the
  * fields a monitor uses and keeps nothing else: no history, no diagnosis, no
  * HTTP.
  *
@@ -257,7 +260,7 @@ static void sweep(void) {
     for (size_t i = 0; i < nslots; i++) {
         if (!old[i].key)
             continue;
-        unsigned keep = (old[i].key & 7) == KIDS ? CHILDREN_EVERY + 1 : (old[i].key & 7) == TSTAT ? REFRESH + 1 : 1;
+        unsigned keep = (old[i].key & 7) == KIDS ? CHILDREN_EVERY + 1 : ((old[i].key & 7) == TSTAT || (old[i].key & 7) == SCHED) ? REFRESH + 1 : 1;
         if (old[i].used + keep < sample_no) {
             close(old[i].fd);
             continue;
@@ -339,7 +342,9 @@ static unsigned long long field_after(const char *text, const char *name) {
 
 /* --------------------------------------------------------------- jobs */
 
-typedef struct { unsigned pid, ntids, nkids, read_at, listed_at, used, *tids, *kids; unsigned long long start; } proc_memo_t;
+/* asleep_cpu, asleep_io: the process's CPU ticks + 1 and io counters when its
+ * threads were last read and all asleep; asleep_cpu 0 when not. */
+typedef struct { unsigned pid, ntids, nkids, read_at, used, *tids, *kids; unsigned long long start, asleep_cpu, asleep_io[4]; } proc_memo_t;
 /* Per process, by pid: a linear-probing table whose entries not used for two
  * samples are reused. */
 #define NMEMOS (1 << 15)
@@ -384,8 +389,18 @@ static thread_memo_t *thread_memo(unsigned tid) {
     return m;
 }
 
-/* One thread: its schedstat, and its stat when it ran, is new or is due. */
-static int thread(const char *dir, unsigned tid) {
+/* The memo of a thread seen in the last sample, or NULL. */
+static thread_memo_t *thread_seen(unsigned tid) {
+    for (size_t i = (tid * 2654435761u) & (NTHREADS - 1);; i = (i + 1) & (NTHREADS - 1)) {
+        thread_memo_t *m = &thread_memos[i];
+        if (m->tid == tid) return m->used + 1 == sample_no ? m : NULL;
+        if (m->tid == 0) return NULL;
+    }
+}
+
+/* One thread of process `pid`: its schedstat, and its stat when it ran, is
+ * new or its process is due. Returns its state, or -1. */
+static int thread(const char *dir, unsigned pid, unsigned tid) {
     char path[96];
     snprintf(path, sizeof path, "%s/task/%u/schedstat", dir, tid);
     if (read_kept(tid, SCHED, path) < 0) return -1;
@@ -393,7 +408,7 @@ static int thread(const char *dir, unsigned tid) {
     char *p = buf;
     for (int i = 0; i < 3; i++) s[i] = strtoull(p, &p, 10);
     thread_memo_t *m = thread_memo(tid);
-    int due = (sample_no + tid) % REFRESH == 0;
+    int due = (sample_no + pid) % REFRESH == 0;
     if (fresh || due || m->used + 1 != sample_no || memcmp(s, m->sched, sizeof s)) {
         snprintf(path, sizeof path, "%s/task/%u/stat", dir, tid);
         stat_t t;
@@ -403,7 +418,21 @@ static int thread(const char *dir, unsigned tid) {
     memcpy(m->sched, s, sizeof s);
     m->used = sample_no;
     sink += s[0] + m->state;
-    return 0;
+    return m->state;
+}
+
+/* A quiet process (its threads all asleep when last read, its CPU ticks the
+ * same since, not due): its threads are carried as they were, none read.
+ * Returns 0 when one of them is not known from the last sample. */
+static int carry(proc_memo_t *m) {
+    for (unsigned i = 0; i < m->ntids; i++)
+        if (!thread_seen(m->tids[i])) return 0;
+    for (unsigned i = 0; i < m->ntids; i++) {
+        thread_memo_t *t = thread_seen(m->tids[i]);
+        t->used = sample_no;
+        sink += t->sched[0] + t->state;
+    }
+    return 1;
 }
 
 static void add_pids(unsigned **list, unsigned *n, const char *text) {
@@ -430,7 +459,6 @@ static void list_tasks(const char *dir, proc_memo_t *m) {
     snprintf(path, sizeof path, "%s/task", dir);
     DIR *d = opendir(path);
     m->ntids = 0;
-    m->listed_at = sample_no;
     if (!d) return;
     struct dirent *e;
     while ((e = readdir(d)))
@@ -454,8 +482,18 @@ static int process(unsigned pid, unsigned expected_parent, unsigned **kids, unsi
         return -1;
     nprocesses++;
     sink += st.cpu + st.rss;
+    int due = (sample_no + pid) % REFRESH == 0;
     proc_memo_t *m = memo_for(pid);
+    if (m->start != st.start)
+        m->ntids = 0, m->asleep_cpu = 0;
     int refresh = m->start != st.start || sample_no - m->read_at >= CHILDREN_EVERY;
+    unsigned long long io[4] = {0};
+    snprintf(path, sizeof path, "%s/io", dir);
+    if (read_kept(pid, IO, path) >= 0) {
+        io[0] = field_after(buf, "rchar: "), io[1] = field_after(buf, "wchar: ");
+        io[2] = field_after(buf, "read_bytes: "), io[3] = field_after(buf, "\nwrite_bytes: ");
+        sink += io[0] + io[1] + io[2] + io[3];
+    }
     if (refresh) {
         m->start = st.start, m->read_at = sample_no, m->nkids = 0;
     }
@@ -465,19 +503,30 @@ static int process(unsigned pid, unsigned expected_parent, unsigned **kids, unsi
             snprintf(path, sizeof path, "%s/task/%u/children", dir, pid);
             if (read_kept(pid, KIDS, path) >= 0) add_pids(&m->kids, &m->nkids, buf);
         }
+    } else if (!due && m->ntids == st.threads && m->asleep_cpu == st.cpu + 1 &&
+               !memcmp(m->asleep_io, io, sizeof io) && carry(m)) {
+        nthreads += m->ntids;
+        for (unsigned i = 0; refresh && i < m->ntids; i++) {
+            snprintf(path, sizeof path, "%s/task/%u/children", dir, m->tids[i]);
+            if (read_kept(m->tids[i], KIDS, path) >= 0) add_pids(&m->kids, &m->nkids, buf);
+        }
     } else {
-        if (m->ntids != st.threads || sample_no - m->listed_at >= REFRESH)
+        if (m->ntids != st.threads || due)
             list_tasks(dir, m);
+        int asleep = 1;
         for (int pass = 0; pass < 2; pass++) {
             int vanished = 0;
+            asleep = 1;
             if (refresh)
                 m->nkids = 0;
             for (unsigned i = 0; i < m->ntids; i++) {
                 unsigned tid = m->tids[i];
-                if (thread(dir, tid) < 0) {
+                int state = thread(dir, pid, tid);
+                if (state < 0) {
                     vanished = 1;
                     continue;
                 }
+                asleep &= state == 'S';
                 nthreads++;
                 if (refresh) {
                     snprintf(path, sizeof path, "%s/task/%u/children", dir, tid);
@@ -487,11 +536,9 @@ static int process(unsigned pid, unsigned expected_parent, unsigned **kids, unsi
             if (!vanished) break;
             list_tasks(dir, m); /* and read again, once */
         }
+        m->asleep_cpu = asleep && m->ntids == st.threads ? st.cpu + 1 : 0;
+        memcpy(m->asleep_io, io, sizeof io);
     }
-    snprintf(path, sizeof path, "%s/io", dir);
-    if (read_kept(pid, IO, path) >= 0)
-        sink += field_after(buf, "rchar: ") + field_after(buf, "wchar: ") +
-                field_after(buf, "read_bytes: ") + field_after(buf, "\nwrite_bytes: ");
     *kids = m->kids, *nkids = m->nkids;
     return 0;
 }

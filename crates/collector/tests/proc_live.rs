@@ -1,10 +1,11 @@
 //! `ProcReader` against the live `/proc` of the machine running the tests.
 
-use std::process::{Child, Command};
+use std::io::{BufRead, BufReader, Lines, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use collector::proc::ProcReader;
-use collector::sample::{ErrorCounts, ErrorSource};
+use collector::sample::{ErrorCounts, ErrorSource, ThreadSample};
 
 /// Kills and reaps the child however the test ends.
 struct Reaped(Child);
@@ -165,32 +166,41 @@ print("swapped", flush=True)
 sys.stdin.readline()
 "#;
 
-#[test]
-fn threads_read_between_samples_show_their_state_cpu_and_replacements() {
-    use std::io::{BufRead, BufReader, Write};
-    use std::process::Stdio;
-
+/// A Python process running `code`, once it printed "ready": its stdin,
+/// the lines it prints next, and the process.
+fn python(code: &str) -> (ChildStdin, Lines<BufReader<ChildStdout>>, Reaped) {
     let mut child = Command::new("python3")
-        .args(["-c", THREADS])
+        .args(["-c", code])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
         .expect("python3");
-    let mut stdin = child.stdin.take().unwrap();
+    let stdin = child.stdin.take().unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let child = Reaped(child);
-    let pid = child.0.id();
     assert_eq!(lines.next().unwrap().unwrap(), "ready");
+    (stdin, lines, child)
+}
 
+/// The threads of the job leader `pid`, as `reader` reads them.
+fn leader_threads(
+    reader: &mut ProcReader,
+    errors: &mut ErrorCounts,
+    pid: u32,
+) -> Vec<ThreadSample> {
+    let jobs = reader.read_jobs(&[(pid, vec![0])], errors);
+    jobs[0].leader.threads.clone()
+}
+
+#[test]
+fn threads_read_between_samples_show_their_state_cpu_and_replacements() {
+    let (mut stdin, mut lines, child) = python(THREADS);
+    let pid = child.0.id();
     let mut reader = ProcReader::new("/proc").unwrap();
     let mut errors = ErrorCounts::default();
-    let mut sample = || {
-        let jobs = reader.read_jobs(&[(pid, vec![0])], &mut errors);
-        jobs[0].leader.threads.clone()
-    };
-    let find = |threads: &[collector::sample::ThreadSample], name: &str| {
-        threads.iter().find(|t| t.name == name).cloned()
-    };
+    let mut sample = || leader_threads(&mut reader, &mut errors, pid);
+    let find =
+        |threads: &[ThreadSample], name: &str| threads.iter().find(|t| t.name == name).cloned();
     let first = sample();
     assert_eq!(first.len(), 4, "{first:?}");
     let mut last = first.clone();
@@ -226,5 +236,106 @@ fn threads_read_between_samples_show_their_state_cpu_and_replacements() {
     let fresh = find(&threads, "fresh").expect("the new thread, at the same thread count");
     assert!(find(&threads, "short").is_none(), "the thread that ended");
     assert_ne!(fresh.tid, short.tid);
+    assert_eq!(errors.get(ErrorSource::ProcJob), 0);
+}
+
+/// A Python process whose threads all sleep; a first line on stdin makes
+/// `writer` write 4 KiB to /dev/null once (well under a clock tick of CPU),
+/// a second one wakes `spinner`, which then spins.
+const QUIET: &str = r#"
+import ctypes, os, sys, threading
+libc = ctypes.CDLL(None)
+name = lambda n: libc.prctl(15, n.encode(), 0, 0, 0)
+write, spin = threading.Event(), threading.Event()
+def writer():
+    name("writer")
+    write.wait()
+    fd = os.open("/dev/null", os.O_WRONLY)
+    os.write(fd, b"x" * 4096)
+    print("written", flush=True)
+    threading.Event().wait()
+def spinner():
+    name("spinner")
+    spin.wait()
+    while True:
+        pass
+threading.Thread(target=writer, daemon=True).start()
+threading.Thread(target=spinner, daemon=True).start()
+print("ready", flush=True)
+sys.stdin.readline()
+write.set()
+sys.stdin.readline()
+spin.set()
+threading.Event().wait()
+"#;
+
+#[test]
+fn a_thread_that_runs_or_moves_bytes_in_a_quiet_process_is_seen_at_the_next_sample() {
+    use std::time::Duration;
+
+    let (mut stdin, mut lines, child) = python(QUIET);
+    let pid = child.0.id();
+    let mut reader = ProcReader::new("/proc").unwrap();
+    let mut errors = ErrorCounts::default();
+    let mut sample = || {
+        let mut threads = leader_threads(&mut reader, &mut errors, pid);
+        threads.sort_by(|a, b| a.name.cmp(&b.name));
+        threads
+    };
+    let names = |threads: &[ThreadSample]| {
+        threads
+            .iter()
+            .map(|t| (t.name.clone(), t.state))
+            .collect::<Vec<_>>()
+    };
+    let asleep = vec![
+        ("python3".to_owned(), 'S'),
+        ("spinner".to_owned(), 'S'),
+        ("writer".to_owned(), 'S'),
+    ];
+    // Until the threads that just started are all asleep.
+    let mut first = sample();
+    for _ in 0..100 {
+        if names(&first) == asleep {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        first = sample();
+    }
+    assert_eq!(names(&first), asleep);
+    // Quiet from here on: every thread is carried as it was read.
+    for _ in 0..3 {
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(names(&sample()), asleep);
+    }
+    let thread = |threads: &[ThreadSample], name: &str| {
+        threads.iter().find(|t| t.name == name).cloned().unwrap()
+    };
+    let before = sample();
+
+    // Its CPU time moves by microseconds, not a tick: the bytes it wrote
+    // are what make the process read.
+    writeln!(stdin).unwrap();
+    assert_eq!(lines.next().unwrap().unwrap(), "written");
+    std::thread::sleep(Duration::from_millis(50));
+    let written = sample();
+    let (w0, w1) = (thread(&before, "writer"), thread(&written, "writer"));
+    assert!(
+        w1.cpu_seconds > w0.cpu_seconds,
+        "the writer's CPU time: {} s, then {} s",
+        w0.cpu_seconds,
+        w1.cpu_seconds
+    );
+
+    writeln!(stdin).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let after = sample();
+    let (s0, s1) = (thread(&before, "spinner"), thread(&after, "spinner"));
+    assert_eq!(s1.state, 'R', "{after:?}");
+    assert!(
+        s1.cpu_seconds - s0.cpu_seconds > 0.1,
+        "the spinner used {} s of CPU in 0.3 s",
+        s1.cpu_seconds - s0.cpu_seconds
+    );
     assert_eq!(errors.get(ErrorSource::ProcJob), 0);
 }

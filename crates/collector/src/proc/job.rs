@@ -9,7 +9,7 @@ use super::children::ChildrenCache;
 use super::open_files::{Kind, OpenFiles};
 use super::read::Buffer;
 use super::stat::{StatFields, parse_io, parse_schedstat, parse_stat};
-use super::tasks::Tasks;
+use super::tasks::{Activity, Tasks};
 use super::{ProcReader, cgroup, job_value, output};
 use crate::sample::{ErrorCounts, JobSample, ProcessId, ProcessSample, ThreadSample};
 
@@ -183,6 +183,13 @@ impl Walk<'_> {
             return None;
         }
         let pid = stat.pid;
+        let files = &mut self.memory.files;
+        let io = unless_exited(dir, self.errors, self.buf, |e, buf| {
+            let bytes = job_value(buf.kept(files, pid, Kind::Io, || dir.join("io")), "io", e)?.0;
+            let io = parse_io(bytes)
+                .ok_or_else(|| procfs::ProcError::Other(format!("io of {pid} does not parse")));
+            job_value(io, "io", e)
+        });
         let cached = self.memory.children.get(pid, stat.starttime);
         let (threads, children) = if stat.num_threads == 1 {
             // One thread: it is the process; no need to list the task directory.
@@ -198,19 +205,16 @@ impl Walk<'_> {
             };
             (vec![thread], children)
         } else {
-            let (threads, children) = self.threads(dir, &stat, cached.is_none());
+            let activity = Activity {
+                cpu_ticks: stat.cpu_ticks,
+                io,
+            };
+            let (threads, children) = self.threads(dir, &stat, activity, cached.is_none());
             (threads, cached.clone().unwrap_or(children))
         };
         if cached.is_none() {
             self.memory.children.put(pid, stat.starttime, &children);
         }
-        let files = &mut self.memory.files;
-        let io = unless_exited(dir, self.errors, self.buf, |e, buf| {
-            let bytes = job_value(buf.kept(files, pid, Kind::Io, || dir.join("io")), "io", e)?.0;
-            let io = parse_io(bytes)
-                .ok_or_else(|| procfs::ProcError::Other(format!("io of {pid} does not parse")));
-            job_value(io, "io", e)
-        });
         let sample = ProcessSample {
             id: ProcessId {
                 pid,
@@ -245,17 +249,34 @@ impl Walk<'_> {
     /// Every thread, in tid order, and (when `with_children`) the children
     /// listed by every thread: a child belongs to the thread that forked it.
     /// The thread ids listed in an earlier sample are used while they hold
-    /// (see tasks.rs); a listed thread that is gone makes a new listing.
+    /// (see tasks.rs); a listed thread that is gone makes a new listing. A
+    /// quiet process's threads (see tasks.rs) are carried, none read.
     fn threads(
         &mut self,
         dir: &Path,
         stat: &Stat,
+        activity: Activity,
         with_children: bool,
     ) -> (Vec<ThreadSample>, Vec<u32>) {
+        let (pid, start) = (stat.pid, stat.starttime);
+        let quiet = self.memory.schedstat.then(|| {
+            self.memory
+                .tasks
+                .quiet(pid, start, stat.num_threads, activity)
+        });
+        if let Some(threads) = quiet.flatten() {
+            let mut children = Vec::new();
+            if with_children {
+                for thread in &threads {
+                    children.extend(self.children(dir, thread.tid));
+                }
+            }
+            return (threads, children);
+        }
         let known = self
             .memory
             .tasks
-            .listed(stat.pid, stat.starttime, stat.num_threads)
+            .listed(pid, start, stat.num_threads)
             .map(<[u32]>::to_vec);
         let reused = known.is_some();
         let Some(tids) = known.or_else(|| self.list_tasks(dir)) else {
@@ -263,7 +284,8 @@ impl Walk<'_> {
         };
         let mut threads = Vec::with_capacity(tids.len());
         let mut children = Vec::new();
-        let missing = self.read_threads(dir, &tids, with_children, &mut threads, &mut children);
+        let missing =
+            self.read_threads(dir, pid, &tids, with_children, &mut threads, &mut children);
         if missing && reused {
             // A listed thread is gone: list again, read the new ones.
             if let Some(listed) = self.list_tasks(dir) {
@@ -271,18 +293,22 @@ impl Walk<'_> {
                     .into_iter()
                     .filter(|tid| tids.binary_search(tid).is_err())
                     .collect();
-                self.read_threads(dir, &new, with_children, &mut threads, &mut children);
+                self.read_threads(dir, pid, &new, with_children, &mut threads, &mut children);
             }
         }
-        if reused && !missing {
-            // The kept list held: keep it as it is, listing time included, so
-            // that it is still listed again every REFRESH_SAMPLES samples.
-            return (threads, children);
+        if !reused || missing {
+            // Listed anew: keep the list when it holds every thread.
+            threads.sort_unstable_by_key(|t| t.tid);
+            let alive: Vec<u32> = threads.iter().map(|t| t.tid).collect();
+            if alive.len() as u64 == stat.num_threads {
+                self.memory.tasks.put_list(pid, start, alive);
+            }
         }
-        threads.sort_unstable_by_key(|t| t.tid);
-        let alive: Vec<u32> = threads.iter().map(|t| t.tid).collect();
-        if alive.len() as u64 == stat.num_threads {
-            self.memory.tasks.put_list(stat.pid, stat.starttime, alive);
+        if self.memory.schedstat {
+            let asleep =
+                threads.len() as u64 == stat.num_threads && threads.iter().all(|t| t.state == 'S');
+            let activity = asleep.then_some(activity);
+            self.memory.tasks.set_asleep(pid, start, activity);
         }
         (threads, children)
     }
@@ -292,6 +318,7 @@ impl Walk<'_> {
     fn read_threads(
         &mut self,
         dir: &Path,
+        pid: u32,
         tids: &[u32],
         with_children: bool,
         threads: &mut Vec<ThreadSample>,
@@ -299,7 +326,7 @@ impl Walk<'_> {
     ) -> bool {
         let mut missing = false;
         for &tid in tids {
-            match self.thread(dir, tid) {
+            match self.thread(dir, pid, tid) {
                 Some(thread) => threads.push(thread),
                 // Gone between the listing and the read: skipped.
                 None => missing = true,
@@ -335,7 +362,7 @@ impl Walk<'_> {
     /// One thread: from its `schedstat` and, when it ran or is new, its
     /// `stat` (see tasks.rs); from its `stat` alone without schedstat.
     /// `None` when it is gone or cannot be read.
-    fn thread(&mut self, dir: &Path, tid: u32) -> Option<ThreadSample> {
+    fn thread(&mut self, dir: &Path, pid: u32, tid: u32) -> Option<ThreadSample> {
         let task = || dir.join("task").join(tid.to_string());
         if !self.memory.schedstat {
             let stat = self.stat(tid, Kind::ThreadStat, || task().join("stat"))?;
@@ -356,8 +383,8 @@ impl Walk<'_> {
             let e = procfs::ProcError::Other(format!("schedstat of {tid} does not parse"));
             return job_value(Err(e), "thread schedstat", self.errors);
         };
-        let cpu_seconds = sched.run_ns as f64 * 1e-9;
-        if let Some((name, state)) = self.memory.tasks.unchanged(tid, sched, fresh) {
+        let cpu_seconds = sched.cpu_seconds();
+        if let Some((name, state)) = self.memory.tasks.unchanged(pid, tid, sched, fresh) {
             return Some(ThreadSample {
                 tid,
                 name: name.to_owned(),

@@ -47,8 +47,9 @@ impl Kind {
         match self {
             Kind::Children => super::children::REFRESH_SAMPLES + 1,
             // Thread `stat`s are read only when a thread ran (see tasks.rs),
-            // and at least every REFRESH_SAMPLES samples.
-            Kind::ThreadStat => super::tasks::REFRESH_SAMPLES + 1,
+            // `schedstat`s not while their process is quiet; both at least
+            // every REFRESH_SAMPLES samples.
+            Kind::ThreadStat | Kind::Schedstat => super::tasks::REFRESH_SAMPLES + 1,
             _ => 1,
         }
     }

@@ -84,6 +84,13 @@ pub struct Schedstat {
     pub timeslices: u64,
 }
 
+impl Schedstat {
+    /// Time on a CPU, in seconds.
+    pub fn cpu_seconds(&self) -> f64 {
+        self.run_ns as f64 * 1e-9
+    }
+}
+
 pub fn parse_schedstat(bytes: &[u8]) -> Option<Schedstat> {
     let mut fields = bytes
         .split(|&b| b == b' ' || b == b'\n')

@@ -1,5 +1,6 @@
 //! What the job reader remembers of threads between samples, so that a
-//! thread that did not run costs one small read.
+//! thread that did not run costs one small read, and a process none of
+//! whose threads ran costs none.
 //!
 //! A thread's `schedstat` (time on a CPU, time waiting for one, timeslices)
 //! is three numbers, much cheaper for the kernel to print than `stat`'s 52.
@@ -8,21 +9,38 @@
 //! numbers moved since the last sample, its state is the one read before,
 //! and its `stat` is not read again; it is read when they moved, when the
 //! thread is new (its kept `schedstat` file was freshly opened: a reused tid
-//! is a new file), and at least every [`REFRESH_SAMPLES`] samples (staggered
-//! by tid), which bounds how stale a name another thread changed can be.
+//! is a new file), and when its process is due (below), which bounds how
+//! stale a name another thread changed can be.
 //! A thread woken into the run queue that has not run yet reads as its old
 //! state until it runs or its refresh is due.
 //!
+//! A quiet process: one whose threads were all asleep (`S`) when last read,
+//! and whose [`Activity`], read every sample anyway, has not moved since:
+//! its CPU time in its own `stat` (the sum over its threads, in clock ticks
+//! of 10 ms) and its `io` counters (any read or write that moved a byte).
+//! Then its threads used under a tick between them and did no I/O, and none
+//! of their `schedstat`s is read: each thread is carried as it was, its CPU
+//! time included. What they used is counted when the process's ticks move
+//! (so a thread's CPU time is late by under 10 ms, never lost), and a thread
+//! that went from asleep to another state in under a tick, moving no byte
+//! (a stop signal, a lock, a read that has not returned), shows it when its
+//! process is due. A thread in any other state (running, in the run queue,
+//! in I/O wait) makes its process read in full every sample, as before. Every process is due once
+//! every [`REFRESH_SAMPLES`] samples (staggered by pid): its threads are read
+//! in full, each thread's `stat` included.
+//!
 //! Each process's list of thread ids is kept too: the task directory is
 //! listed again only when the process's thread count changed, a listed
-//! thread could not be read, or the list is REFRESH_SAMPLES samples old.
-//! (Same count, every listed thread alive: the same threads.)
+//! thread could not be read, or the process is due. (Same count, every
+//! listed thread alive: the same threads. A quiet process whose thread was
+//! replaced by another, the count the same, shows the new one when due.)
 
 use rustc_hash::FxHashMap;
 
 use super::stat::Schedstat;
+use crate::sample::{IoCounters, ThreadSample};
 
-/// Samples between two reads of a quiet thread's `stat`.
+/// Samples between two full reads of a process's threads.
 pub const REFRESH_SAMPLES: u64 = 10;
 
 #[derive(Debug, Clone)]
@@ -33,12 +51,30 @@ struct ThreadMemo {
     used: u64,
 }
 
+/// What moves when a process's threads run: its CPU time in clock ticks and
+/// its `io` counters (`None` when they cannot be read).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Activity {
+    pub cpu_ticks: u64,
+    pub io: Option<IoCounters>,
+}
+
+/// A process's thread ids as listed, and whether it was quiet.
+#[derive(Debug, Clone)]
+struct ProcessMemo {
+    tids: Vec<u32>,
+    used: u64,
+    /// The process's activity when its threads were last read, every one
+    /// of them asleep; `None` when one was not.
+    asleep_at: Option<Activity>,
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct Tasks {
     sample: u64,
     threads: FxHashMap<u32, ThreadMemo>,
-    /// (pid, start ticks) -> (thread ids, sample listed at, sample last used)
-    lists: FxHashMap<(u32, u64), (Vec<u32>, u64, u64)>,
+    /// (pid, start ticks) -> its threads
+    processes: FxHashMap<(u32, u64), ProcessMemo>,
 }
 
 impl Tasks {
@@ -47,32 +83,91 @@ impl Tasks {
     pub fn begin(&mut self) {
         let previous = self.sample;
         self.threads.retain(|_, m| m.used == previous);
-        self.lists.retain(|_, (_, _, used)| *used == previous);
+        self.processes.retain(|_, m| m.used == previous);
         self.sample += 1;
     }
 
+    /// Whether the process `pid` is read in full this sample.
+    fn due(&self, pid: u32) -> bool {
+        (self.sample + u64::from(pid)).is_multiple_of(REFRESH_SAMPLES)
+    }
+
     /// The process's thread ids as listed before, if that list still holds:
-    /// it has `num_threads` ids and is recent enough.
+    /// it has `num_threads` ids and the process is not due.
     pub fn listed(&mut self, pid: u32, start: u64, num_threads: u64) -> Option<&[u32]> {
-        let sample = self.sample;
-        let (tids, at, used) = self.lists.get_mut(&(pid, start))?;
-        if tids.len() as u64 != num_threads || sample - *at >= REFRESH_SAMPLES {
+        if self.due(pid) {
             return None;
         }
-        *used = sample;
-        Some(tids)
+        let sample = self.sample;
+        let memo = self.processes.get_mut(&(pid, start))?;
+        if memo.tids.len() as u64 != num_threads {
+            return None;
+        }
+        memo.used = sample;
+        Some(&memo.tids)
     }
 
     pub fn put_list(&mut self, pid: u32, start: u64, tids: Vec<u32>) {
-        self.lists
-            .insert((pid, start), (tids, self.sample, self.sample));
+        let memo = ProcessMemo {
+            tids,
+            used: self.sample,
+            asleep_at: None,
+        };
+        self.processes.insert((pid, start), memo);
+    }
+
+    /// Records how the process's threads were found by a full read: all
+    /// asleep at `activity` (`Some`), or not (`None`).
+    pub fn set_asleep(&mut self, pid: u32, start: u64, activity: Option<Activity>) {
+        if let Some(memo) = self.processes.get_mut(&(pid, start)) {
+            memo.asleep_at = activity;
+        }
+    }
+
+    /// The threads of a quiet process as they were last read, when it is
+    /// quiet (see above): `num_threads` listed, all asleep at `activity`,
+    /// and it is not due.
+    pub fn quiet(
+        &mut self,
+        pid: u32,
+        start: u64,
+        num_threads: u64,
+        activity: Activity,
+    ) -> Option<Vec<ThreadSample>> {
+        if self.due(pid) {
+            return None;
+        }
+        let sample = self.sample;
+        let memo = self.processes.get_mut(&(pid, start))?;
+        if memo.tids.len() as u64 != num_threads || memo.asleep_at != Some(activity) {
+            return None;
+        }
+        let mut threads = Vec::with_capacity(memo.tids.len());
+        for tid in &memo.tids {
+            let thread = self.threads.get_mut(tid)?;
+            thread.used = sample;
+            threads.push(ThreadSample {
+                tid: *tid,
+                name: thread.name.clone(),
+                state: thread.state,
+                cpu_seconds: thread.sched.cpu_seconds(),
+            });
+        }
+        memo.used = sample;
+        Some(threads)
     }
 
     /// The thread's name and state from its last `stat`, when it did not run
     /// since (`sched` unchanged, its `schedstat` file not `fresh`) and its
-    /// refresh is not due.
-    pub fn unchanged(&mut self, tid: u32, sched: Schedstat, fresh: bool) -> Option<(&str, char)> {
-        let due = (self.sample + u64::from(tid)).is_multiple_of(REFRESH_SAMPLES);
+    /// process `pid` is not due.
+    pub fn unchanged(
+        &mut self,
+        pid: u32,
+        tid: u32,
+        sched: Schedstat,
+        fresh: bool,
+    ) -> Option<(&str, char)> {
+        let due = self.due(pid);
         let sample = self.sample;
         let memo = self.threads.get_mut(&tid)?;
         if fresh || due || memo.sched != sched {
@@ -120,31 +215,43 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_quiet_thread_keeps_its_state_until_it_runs_or_its_refresh_is_due() {
-        let mut tasks = Tasks::default();
-        let tid = 3; // due when (sample + 3) % 10 == 0: sample 7
+    /// Starts samples until the one where `pid` is due.
+    fn until_due(tasks: &mut Tasks, pid: u32) {
         tasks.begin();
-        assert_eq!(tasks.unchanged(tid, sched(5000), true), None, "new");
+        while !tasks.due(pid) {
+            tasks.begin();
+        }
+    }
+
+    #[test]
+    fn a_quiet_thread_keeps_its_state_until_it_runs_or_its_process_is_due() {
+        let mut tasks = Tasks::default();
+        let (pid, tid) = (20, 23);
+        until_due(&mut tasks, pid);
+        assert_eq!(tasks.unchanged(pid, tid, sched(5000), true), None, "new");
         tasks.put_thread(tid, sched(5000), "worker", 'D');
-        for _ in 2..7 {
+        for _ in 1..REFRESH_SAMPLES {
             tasks.begin();
             assert_eq!(
-                tasks.unchanged(tid, sched(5000), false),
+                tasks.unchanged(pid, tid, sched(5000), false),
                 Some(("worker", 'D'))
             );
         }
         tasks.begin();
         assert_eq!(
-            tasks.unchanged(tid, sched(5000), false),
+            tasks.unchanged(pid, tid, sched(5000), false),
             None,
-            "refresh due"
+            "the process is due"
         );
         tasks.put_thread(tid, sched(5000), "worker", 'D');
         tasks.begin();
-        assert_eq!(tasks.unchanged(tid, sched(9000), false), None, "it ran");
         assert_eq!(
-            tasks.unchanged(tid, sched(5000), true),
+            tasks.unchanged(pid, tid, sched(9000), false),
+            None,
+            "it ran"
+        );
+        assert_eq!(
+            tasks.unchanged(pid, tid, sched(5000), true),
             None,
             "a new file: a new thread"
         );
@@ -157,13 +264,13 @@ mod tests {
         tasks.put_thread(1, sched(5), "a", 'S');
         tasks.begin();
         tasks.begin();
-        assert_eq!(tasks.unchanged(1, sched(5), false), None);
+        assert_eq!(tasks.unchanged(1, 1, sched(5), false), None);
     }
 
     #[test]
-    fn a_thread_list_holds_while_the_count_does() {
+    fn a_thread_list_holds_while_the_count_does_until_the_process_is_due() {
         let mut tasks = Tasks::default();
-        tasks.begin();
+        until_due(&mut tasks, 10);
         tasks.put_list(10, 77, vec![10, 11, 12]);
         tasks.begin();
         assert_eq!(tasks.listed(10, 77, 3), Some(&[10, 11, 12][..]));
@@ -178,6 +285,96 @@ mod tests {
             assert!(tasks.listed(10, 77, 3).is_some());
         }
         tasks.begin();
-        assert_eq!(tasks.listed(10, 77, 3), None, "listed again now and then");
+        assert_eq!(tasks.listed(10, 77, 3), None, "listed again when due");
+    }
+
+    fn at(cpu_ticks: u64, rchar: u64) -> Activity {
+        let io = IoCounters {
+            rchar,
+            ..IoCounters::default()
+        };
+        Activity {
+            cpu_ticks,
+            io: Some(io),
+        }
+    }
+
+    /// A process 30 (start 5) of threads 30 and 31, read in full.
+    fn read_in_full(tasks: &mut Tasks, states: [char; 2], activity: Activity) {
+        tasks.put_list(30, 5, vec![30, 31]);
+        tasks.put_thread(30, sched(1_000_000), "main", states[0]);
+        tasks.put_thread(31, sched(2_500_000), "loader", states[1]);
+        let asleep = states.iter().all(|s| *s == 'S');
+        tasks.set_asleep(30, 5, asleep.then_some(activity));
+    }
+
+    #[test]
+    fn a_process_asleep_is_carried_while_its_ticks_and_io_stay_until_it_is_due() {
+        let mut tasks = Tasks::default();
+        until_due(&mut tasks, 30);
+        read_in_full(&mut tasks, ['S', 'S'], at(700, 64));
+        for _ in 1..REFRESH_SAMPLES {
+            tasks.begin();
+            let threads = tasks.quiet(30, 5, 2, at(700, 64)).expect("quiet");
+            let carried: Vec<_> = threads
+                .iter()
+                .map(|t| (t.tid, t.name.as_str(), t.state, t.cpu_seconds))
+                .collect();
+            assert_eq!(
+                carried,
+                [(30, "main", 'S', 0.001), (31, "loader", 'S', 0.0025)]
+            );
+        }
+        tasks.begin();
+        assert!(
+            tasks.quiet(30, 5, 2, at(700, 64)).is_none(),
+            "due: read in full"
+        );
+        read_in_full(&mut tasks, ['S', 'S'], at(700, 64));
+        tasks.begin();
+        assert!(tasks.quiet(30, 5, 2, at(700, 64)).is_some());
+        assert!(
+            tasks.quiet(30, 5, 2, at(701, 64)).is_none(),
+            "a tick: one ran"
+        );
+        let read = at(700, 4160);
+        assert!(tasks.quiet(30, 5, 2, read).is_none(), "one read 4 KiB");
+        assert!(
+            tasks.quiet(30, 5, 3, at(700, 64)).is_none(),
+            "a thread more"
+        );
+        assert!(
+            tasks.quiet(30, 6, 2, at(700, 64)).is_none(),
+            "another process"
+        );
+    }
+
+    #[test]
+    fn a_process_with_a_thread_awake_is_read_in_full_every_sample() {
+        for state in ['R', 'D', 'T', 'Z'] {
+            let mut tasks = Tasks::default();
+            until_due(&mut tasks, 30);
+            read_in_full(&mut tasks, ['S', state], at(700, 64));
+            tasks.begin();
+            assert!(tasks.quiet(30, 5, 2, at(700, 64)).is_none(), "{state}");
+        }
+    }
+
+    #[test]
+    fn carried_threads_are_remembered_for_the_next_sample() {
+        let mut tasks = Tasks::default();
+        until_due(&mut tasks, 30);
+        read_in_full(&mut tasks, ['S', 'S'], at(700, 64));
+        for _ in 0..5 {
+            tasks.begin();
+            assert!(tasks.quiet(30, 5, 2, at(700, 64)).is_some());
+        }
+        tasks.begin();
+        assert_eq!(
+            tasks.unchanged(30, 31, sched(2_500_000), false),
+            Some(("loader", 'S')),
+            "still known after five samples carried"
+        );
+        assert_eq!(tasks.listed(30, 5, 2), Some(&[30, 31][..]));
     }
 }
