@@ -182,6 +182,11 @@ fn python(code: &str) -> (ChildStdin, Lines<BufReader<ChildStdout>>, Reaped) {
     (stdin, lines, child)
 }
 
+/// The thread called `name`.
+fn named(threads: &[ThreadSample], name: &str) -> Option<ThreadSample> {
+    threads.iter().find(|t| t.name == name).cloned()
+}
+
 /// The threads of the job leader `pid`, as `reader` reads them.
 fn leader_threads(
     reader: &mut ProcReader,
@@ -199,8 +204,7 @@ fn threads_read_between_samples_show_their_state_cpu_and_replacements() {
     let mut reader = ProcReader::new("/proc").unwrap();
     let mut errors = ErrorCounts::default();
     let mut sample = || leader_threads(&mut reader, &mut errors, pid);
-    let find =
-        |threads: &[ThreadSample], name: &str| threads.iter().find(|t| t.name == name).cloned();
+    let find = named;
     let first = sample();
     assert_eq!(first.len(), 4, "{first:?}");
     let mut last = first.clone();
@@ -303,14 +307,12 @@ fn a_thread_that_runs_or_moves_bytes_in_a_quiet_process_is_seen_at_the_next_samp
         first = sample();
     }
     assert_eq!(names(&first), asleep);
-    // Quiet from here on: every thread is carried as it was read.
+    // Quiet from here on.
     for _ in 0..3 {
         std::thread::sleep(Duration::from_millis(50));
         assert_eq!(names(&sample()), asleep);
     }
-    let thread = |threads: &[ThreadSample], name: &str| {
-        threads.iter().find(|t| t.name == name).cloned().unwrap()
-    };
+    let thread = |threads: &[ThreadSample], name: &str| named(threads, name).unwrap();
     let before = sample();
 
     // Its CPU time moves by microseconds, not a tick: the bytes it wrote

@@ -259,12 +259,12 @@ impl Walk<'_> {
         with_children: bool,
     ) -> (Vec<ThreadSample>, Vec<u32>) {
         let (pid, start) = (stat.pid, stat.starttime);
-        let quiet = self.memory.schedstat.then(|| {
-            self.memory
+        if self.memory.schedstat
+            && let Some(threads) = self
+                .memory
                 .tasks
                 .quiet(pid, start, stat.num_threads, activity)
-        });
-        if let Some(threads) = quiet.flatten() {
+        {
             let mut children = Vec::new();
             if with_children {
                 for thread in &threads {

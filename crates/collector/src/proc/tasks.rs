@@ -25,9 +25,9 @@
 //! that went from asleep to another state in under a tick, moving no byte
 //! (a stop signal, a lock, a read that has not returned), shows it when its
 //! process is due. A thread in any other state (running, in the run queue,
-//! in I/O wait) makes its process read in full every sample, as before. Every process is due once
-//! every [`REFRESH_SAMPLES`] samples (staggered by pid): its threads are read
-//! in full, each thread's `stat` included.
+//! in I/O wait) makes its process read in full every sample, as before.
+//! Every process is due once every [`REFRESH_SAMPLES`] samples (staggered by
+//! pid): its threads are read in full, each thread's `stat` included.
 //!
 //! Each process's list of thread ids is kept too: the task directory is
 //! listed again only when the process's thread count changed, a listed
@@ -92,18 +92,34 @@ impl Tasks {
         (self.sample + u64::from(pid)).is_multiple_of(REFRESH_SAMPLES)
     }
 
-    /// The process's thread ids as listed before, if that list still holds:
-    /// it has `num_threads` ids and the process is not due.
-    pub fn listed(&mut self, pid: u32, start: u64, num_threads: u64) -> Option<&[u32]> {
-        if self.due(pid) {
-            return None;
-        }
-        let sample = self.sample;
-        let memo = self.processes.get_mut(&(pid, start))?;
+    /// The process's memo while it holds, marked used: the process is not
+    /// due and its list has `num_threads` ids. (Borrows only the processes,
+    /// so that the threads can be read alongside.)
+    fn holding(
+        processes: &mut FxHashMap<(u32, u64), ProcessMemo>,
+        sample: u64,
+        due: bool,
+        key: (u32, u64),
+        num_threads: u64,
+    ) -> Option<&mut ProcessMemo> {
+        let memo = processes.get_mut(&key).filter(|_| !due)?;
         if memo.tids.len() as u64 != num_threads {
             return None;
         }
         memo.used = sample;
+        Some(memo)
+    }
+
+    /// The process's thread ids as listed before, if that list still holds.
+    pub fn listed(&mut self, pid: u32, start: u64, num_threads: u64) -> Option<&[u32]> {
+        let due = self.due(pid);
+        let memo = Self::holding(
+            &mut self.processes,
+            self.sample,
+            due,
+            (pid, start),
+            num_threads,
+        )?;
         Some(&memo.tids)
     }
 
@@ -134,12 +150,9 @@ impl Tasks {
         num_threads: u64,
         activity: Activity,
     ) -> Option<Vec<ThreadSample>> {
-        if self.due(pid) {
-            return None;
-        }
-        let sample = self.sample;
-        let memo = self.processes.get_mut(&(pid, start))?;
-        if memo.tids.len() as u64 != num_threads || memo.asleep_at != Some(activity) {
+        let (sample, due) = (self.sample, self.due(pid));
+        let memo = Self::holding(&mut self.processes, sample, due, (pid, start), num_threads)?;
+        if memo.asleep_at != Some(activity) {
             return None;
         }
         let mut threads = Vec::with_capacity(memo.tids.len());
@@ -153,7 +166,6 @@ impl Tasks {
                 cpu_seconds: thread.sched.cpu_seconds(),
             });
         }
-        memo.used = sample;
         Some(threads)
     }
 
