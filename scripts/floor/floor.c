@@ -47,6 +47,7 @@ typedef int ret_t;
 typedef void *dev_t_;
 #define INSUFFICIENT_SIZE 7
 #define CHILDREN_EVERY 5
+#define CHILDREN_QUIET 30 /* ... while the last pid given out has not moved */
 #define REFRESH 10 /* samples between two reads of a quiet thread's stat */
 
 /* ------------------------------------------------------------------ NVML */
@@ -239,7 +240,7 @@ static void *events(void *arg) {
 
 /* Open files keyed by (tid, kind), a linear-probing table; entries not read
  * in a sample are closed at the start of the next. */
-enum { STAT, IO, SCHED, KIDS, TSTAT, CGROUP };
+enum { STAT, IO, SCHED, KIDS, TSTAT, CGROUP, LOADAVG };
 typedef struct { uint64_t key; int fd; unsigned used; } slot_t;
 static slot_t *slots;
 static size_t nslots;
@@ -260,7 +261,7 @@ static void sweep(void) {
     for (size_t i = 0; i < nslots; i++) {
         if (!old[i].key)
             continue;
-        unsigned keep = (old[i].key & 7) == KIDS ? CHILDREN_EVERY + 1 : ((old[i].key & 7) == TSTAT || (old[i].key & 7) == SCHED) ? REFRESH + 1 : 1;
+        unsigned keep = (old[i].key & 7) == KIDS ? CHILDREN_QUIET + 1 : ((old[i].key & 7) == TSTAT || (old[i].key & 7) == SCHED) ? REFRESH + 1 : 1;
         if (old[i].used + keep < sample_no) {
             close(old[i].fd);
             continue;
@@ -344,11 +345,12 @@ static unsigned long long field_after(const char *text, const char *name) {
 
 /* asleep_cpu, asleep_io: the process's CPU ticks + 1 and io counters when its
  * threads were last read and all asleep; asleep_cpu 0 when not. */
-typedef struct { unsigned pid, ntids, nkids, read_at, used, *tids, *kids; unsigned long long start, asleep_cpu, asleep_io[4]; } proc_memo_t;
+typedef struct { unsigned pid, ntids, nkids, read_at, used, *tids, *kids; unsigned long long start, asleep_cpu, asleep_io[4], last_pid; } proc_memo_t;
 /* Per process, by pid: a linear-probing table whose entries not used for two
  * samples are reused. */
 #define NMEMOS (1 << 15)
 static proc_memo_t memos[NMEMOS];
+static unsigned long long last_pid;
 
 static proc_memo_t *memo_for(unsigned pid) {
     size_t i = (pid * 2654435761u) & (NMEMOS - 1);
@@ -486,7 +488,9 @@ static int process(unsigned pid, unsigned expected_parent, unsigned **kids, unsi
     proc_memo_t *m = memo_for(pid);
     if (m->start != st.start)
         m->ntids = 0, m->asleep_cpu = 0;
-    int refresh = m->start != st.start || sample_no - m->read_at >= CHILDREN_EVERY;
+    unsigned age = sample_no - m->read_at;
+    int refresh = m->start != st.start ||
+                  (age >= CHILDREN_EVERY && !(last_pid && m->last_pid == last_pid && age < CHILDREN_QUIET));
     unsigned long long io[4] = {0};
     snprintf(path, sizeof path, "%s/io", dir);
     if (read_kept(pid, IO, path) >= 0) {
@@ -495,7 +499,7 @@ static int process(unsigned pid, unsigned expected_parent, unsigned **kids, unsi
         sink += io[0] + io[1] + io[2] + io[3];
     }
     if (refresh) {
-        m->start = st.start, m->read_at = sample_no, m->nkids = 0;
+        m->start = st.start, m->read_at = sample_no, m->nkids = 0, m->last_pid = last_pid;
     }
     if (st.threads == 1) {
         nthreads++;
@@ -624,6 +628,14 @@ int main(int argc, char **argv) {
         if (sample_no % 8 == 0) sweep();
         gpus = read_gpus();
         nprocesses = nthreads = 0;
+        /* The last pid given out (loadavg's fifth field), before any children
+         * file: while it stays, no process was made (0: unknown). */
+        last_pid = 0;
+        if (read_kept(0, LOADAVG, "/proc/loadavg") > 0) {
+            char *p = buf;
+            for (int f = 0; f < 4 && p; f++) p = strchr(p + 1, ' ');
+            if (p) last_pid = strtoull(p + 1, NULL, 10);
+        }
         for (unsigned i = 0; i < npids; i++) job(pids[i]);
         host();
         if (report) {

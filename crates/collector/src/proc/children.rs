@@ -4,44 +4,89 @@
 //! reads are a third of a sample's `/proc` cost. A new worker is found within
 //! `REFRESH_SAMPLES` samples; one that exits disappears at once (its own
 //! files are read every sample).
+//!
+//! A new child takes a new pid, and the kernel tells the last pid it gave
+//! out (the fifth field of `/proc/loadavg`, in the reader's pid namespace,
+//! where every process it can see has a pid). While that has not moved since
+//! a process's children were read, no process or thread was made anywhere,
+//! so its children are reused for up to `QUIET_REFRESH_SAMPLES` samples. A
+//! host that makes no process for a while reads no `children` file in that
+//! while; one that does reads them every `REFRESH_SAMPLES` samples, as
+//! before. What comes without a new pid, a process handed to a subreaper
+//! inside the job when its parent exits, is found within
+//! `QUIET_REFRESH_SAMPLES` samples.
 
 use std::collections::HashMap;
 
 /// Samples between two reads of a process's `children` files.
 pub const REFRESH_SAMPLES: u64 = 5;
 
+/// Samples between two reads while no pid was given out.
+pub const QUIET_REFRESH_SAMPLES: u64 = 30;
+
+/// A process's children as last read.
+#[derive(Debug, Clone)]
+struct Entry {
+    read_at: u64,
+    used: u64,
+    /// The last pid given out when they were read.
+    last_pid: Option<u64>,
+    children: Vec<u32>,
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct ChildrenCache {
     sample: u64,
-    /// (pid, start ticks) -> (sample read at, sample last used, children)
-    entries: HashMap<(u32, u64), (u64, u64, Vec<u32>)>,
+    /// The last pid given out, as of the start of this sample.
+    last_pid: Option<u64>,
+    /// (pid, start ticks) -> what was read
+    entries: HashMap<(u32, u64), Entry>,
 }
 
 impl ChildrenCache {
     /// Starts a sample: forgets processes not seen in the previous one.
-    pub fn begin(&mut self) {
+    /// `last_pid` is the last pid the kernel gave out, read before any
+    /// `children` file of this sample (`None` where it cannot be read).
+    pub fn begin(&mut self, last_pid: Option<u64>) {
         let previous = self.sample;
-        self.entries.retain(|_, (_, used, _)| *used == previous);
+        self.entries.retain(|_, e| e.used == previous);
         self.sample += 1;
+        self.last_pid = last_pid;
     }
 
     /// The process's children if they were read recently enough.
     pub fn get(&mut self, pid: u32, start_ticks: u64) -> Option<Vec<u32>> {
-        let sample = self.sample;
-        let (read_at, used, children) = self.entries.get_mut(&(pid, start_ticks))?;
-        if sample - *read_at >= REFRESH_SAMPLES {
+        let (sample, last_pid) = (self.sample, self.last_pid);
+        let e = self.entries.get_mut(&(pid, start_ticks))?;
+        let age = sample - e.read_at;
+        let no_new_pid = last_pid.is_some() && e.last_pid == last_pid;
+        if age >= REFRESH_SAMPLES && !(no_new_pid && age < QUIET_REFRESH_SAMPLES) {
             return None;
         }
-        *used = sample;
-        Some(children.clone())
+        e.used = sample;
+        Some(e.children.clone())
     }
 
     pub fn put(&mut self, pid: u32, start_ticks: u64, children: &[u32]) {
-        self.entries.insert(
-            (pid, start_ticks),
-            (self.sample, self.sample, children.to_vec()),
-        );
+        let entry = Entry {
+            read_at: self.sample,
+            used: self.sample,
+            last_pid: self.last_pid,
+            children: children.to_vec(),
+        };
+        self.entries.insert((pid, start_ticks), entry);
     }
+}
+
+/// The last pid given out, from the text of `/proc/loadavg`
+/// (`0.12 0.34 0.56 2/345 6789`).
+pub fn parse_last_pid(loadavg: &[u8]) -> Option<u64> {
+    std::str::from_utf8(loadavg)
+        .ok()?
+        .split_ascii_whitespace()
+        .nth(4)?
+        .parse()
+        .ok()
 }
 
 #[cfg(test)]
@@ -51,14 +96,14 @@ mod tests {
     #[test]
     fn children_are_reused_for_a_few_samples_then_read_again() {
         let mut cache = ChildrenCache::default();
-        cache.begin();
+        cache.begin(None);
         assert_eq!(cache.get(10, 1), None);
         cache.put(10, 1, &[11, 12]);
         for _ in 1..REFRESH_SAMPLES {
-            cache.begin();
+            cache.begin(None);
             assert_eq!(cache.get(10, 1), Some(vec![11, 12]));
         }
-        cache.begin();
+        cache.begin(None);
         assert_eq!(
             cache.get(10, 1),
             None,
@@ -69,12 +114,68 @@ mod tests {
     #[test]
     fn a_reused_pid_or_a_process_gone_for_a_sample_is_read_again() {
         let mut cache = ChildrenCache::default();
-        cache.begin();
+        cache.begin(None);
         cache.put(10, 1, &[11]);
-        cache.begin();
+        cache.begin(None);
         assert_eq!(cache.get(10, 2), None, "same pid, other start time");
-        cache.begin();
-        cache.begin();
+        cache.begin(None);
+        cache.begin(None);
         assert_eq!(cache.get(10, 1), None, "not seen in the previous sample");
+    }
+
+    #[test]
+    fn while_no_pid_is_given_out_children_are_reused_longer() {
+        let mut cache = ChildrenCache::default();
+        cache.begin(Some(500));
+        cache.put(10, 1, &[11]);
+        for _ in 1..QUIET_REFRESH_SAMPLES {
+            cache.begin(Some(500));
+            assert_eq!(cache.get(10, 1), Some(vec![11]));
+        }
+        cache.begin(Some(500));
+        assert_eq!(
+            cache.get(10, 1),
+            None,
+            "read at least every QUIET_REFRESH_SAMPLES"
+        );
+    }
+
+    #[test]
+    fn a_pid_given_out_since_the_read_brings_back_the_short_refresh() {
+        let mut cache = ChildrenCache::default();
+        cache.begin(Some(500));
+        cache.put(10, 1, &[11]);
+        for _ in 1..REFRESH_SAMPLES {
+            cache.begin(Some(501));
+            assert_eq!(cache.get(10, 1), Some(vec![11]));
+        }
+        cache.begin(Some(501));
+        assert_eq!(cache.get(10, 1), None, "a new pid: read again when due");
+
+        // Read again under the new last pid: reused while it holds.
+        cache.put(10, 1, &[11, 12]);
+        for _ in 0..REFRESH_SAMPLES * 2 {
+            cache.begin(Some(501));
+            assert_eq!(cache.get(10, 1), Some(vec![11, 12]));
+        }
+
+        // Unknown (no loadavg): the short refresh.
+        let mut cache = ChildrenCache::default();
+        cache.begin(None);
+        cache.put(10, 1, &[11]);
+        for _ in 1..REFRESH_SAMPLES {
+            cache.begin(None);
+            assert!(cache.get(10, 1).is_some());
+        }
+        cache.begin(None);
+        assert_eq!(cache.get(10, 1), None);
+    }
+
+    #[test]
+    fn the_last_pid_is_the_fifth_field_of_loadavg() {
+        assert_eq!(parse_last_pid(b"0.12 0.34 0.56 2/345 6789\n"), Some(6789));
+        assert_eq!(parse_last_pid(b"0.12 0.34 0.56 2/345"), None);
+        assert_eq!(parse_last_pid(b"0.12 0.34 0.56 2/345 x"), None);
+        assert_eq!(parse_last_pid(b"\xff"), None);
     }
 }

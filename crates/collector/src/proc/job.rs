@@ -5,7 +5,7 @@
 use std::collections::{HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 
-use super::children::ChildrenCache;
+use super::children::{ChildrenCache, parse_last_pid};
 use super::open_files::{Kind, OpenFiles};
 use super::read::Buffer;
 use super::stat::{StatFields, parse_io, parse_schedstat, parse_stat};
@@ -34,6 +34,13 @@ pub(super) fn read_jobs(
     let holder_pids: HashSet<u32> = holders.iter().map(|(pid, _)| *pid).collect();
     let mut read = HashSet::new();
     let mut buf = Buffer::default();
+    // Before any `children` file: the last pid given out (see children.rs).
+    let loadavg = buf.kept(&mut memory.files, 0, Kind::Loadavg, || {
+        reader.root().join("loadavg")
+    });
+    memory
+        .children
+        .begin(loadavg.ok().and_then(|(text, _)| parse_last_pid(text)));
     holders
         .iter()
         .filter(|(pid, _)| read.insert(*pid))

@@ -92,8 +92,8 @@ impl ProcReader {
     /// `holders`: for each pid NVML reports holding a GPU context, the GPU
     /// indices it is on. Returns one [`JobSample`] per holder that could be
     /// read; a holder whose `/proc` entry is gone is skipped silently.
-    /// A process's children are read every few samples, not every one (see
-    /// `children.rs`); a thread that did not run costs one small read (see
+    /// A process's children are read every few samples, not every one, and
+    /// not while no pid is given out (see `children.rs`); a thread that did not run costs one small read (see
     /// `tasks.rs`); the files read again and again are kept open on a real
     /// procfs (see `open_files.rs`).
     pub fn read_jobs(
@@ -102,7 +102,6 @@ impl ProcReader {
         errors: &mut ErrorCounts,
     ) -> Vec<JobSample> {
         let mut memory = std::mem::take(&mut self.memory);
-        memory.children.begin();
         memory.files.begin();
         memory.tasks.begin();
         memory.attributions.begin();

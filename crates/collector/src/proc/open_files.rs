@@ -39,13 +39,15 @@ pub enum Kind {
     Children,
     /// `<pid>/cgroup` of a job's leader
     Cgroup,
+    /// `loadavg` (id 0), for the last pid given out (see children.rs)
+    Loadavg,
 }
 
 impl Kind {
     /// Samples a file may go unread before it is closed.
     fn keep_samples(self) -> u64 {
         match self {
-            Kind::Children => super::children::REFRESH_SAMPLES + 1,
+            Kind::Children => super::children::QUIET_REFRESH_SAMPLES + 1,
             // Thread `stat`s are read only when a thread ran (see tasks.rs),
             // `schedstat`s not while their process is quiet; both at least
             // every REFRESH_SAMPLES samples.
@@ -283,14 +285,18 @@ mod tests {
         files.read(me, Kind::ProcessStat, stat, &mut buf).unwrap();
         files.begin();
         assert_eq!(files.len(), 2, "io was not read in the previous sample");
-        for _ in 0..super::super::children::REFRESH_SAMPLES {
+        // Children files stay open while their next read can be due (up to
+        // QUIET_REFRESH_SAMPLES while no pid is given out).
+        for _ in 1..super::super::children::QUIET_REFRESH_SAMPLES {
             files.begin();
         }
         assert_eq!(
             files.len(),
-            0,
+            1,
             "children files are kept until their next read is due"
         );
+        files.begin();
+        assert_eq!(files.len(), 0);
     }
 
     #[test]
