@@ -9,12 +9,12 @@
 //! out (the fifth field of `/proc/loadavg`, in the reader's pid namespace,
 //! where every process it can see has a pid). While that has not moved since
 //! a process's children were read, no process or thread was made anywhere,
-//! so its children are reused for up to `QUIET_REFRESH_SAMPLES` samples. A
-//! host that makes no process for a while reads no `children` file in that
-//! while; one that does reads them every `REFRESH_SAMPLES` samples, as
-//! before. What comes without a new pid, a process handed to a subreaper
-//! inside the job when its parent exits, is found within
-//! `QUIET_REFRESH_SAMPLES` samples.
+//! so its children are reused for up to `QUIET_REFRESH_SAMPLES` samples. On
+//! a host that makes no process for a while, each process's `children`
+//! files are read once in that many samples; one that does reads them every
+//! `REFRESH_SAMPLES` samples, as before. What comes without a new pid, a
+//! process handed to a subreaper inside the job when its parent exits, is
+//! found within `QUIET_REFRESH_SAMPLES` samples.
 
 use std::collections::HashMap;
 

@@ -93,9 +93,10 @@ impl ProcReader {
     /// indices it is on. Returns one [`JobSample`] per holder that could be
     /// read; a holder whose `/proc` entry is gone is skipped silently.
     /// A process's children are read every few samples, not every one, and
-    /// not while no pid is given out (see `children.rs`); a thread that did not run costs one small read (see
-    /// `tasks.rs`); the files read again and again are kept open on a real
-    /// procfs (see `open_files.rs`).
+    /// less often while no pid is given out (see `children.rs`); a thread
+    /// that did not run costs one small read (see `tasks.rs`); the files
+    /// read again and again are kept open on a real procfs (see
+    /// `open_files.rs`).
     pub fn read_jobs(
         &mut self,
         holders: &[(u32, Vec<u32>)],
