@@ -123,52 +123,45 @@ mod tests {
         assert_eq!(cache.get(10, 1), None, "not seen in the previous sample");
     }
 
+    /// Process 10's children read in a sample with `read_under` as the last
+    /// pid; then how many samples with `then` as the last pid reuse them.
+    fn reused_for(read_under: Option<u64>, then: Option<u64>) -> u64 {
+        let mut cache = ChildrenCache::default();
+        cache.begin(read_under);
+        cache.put(10, 1, &[11]);
+        let mut samples = 0;
+        loop {
+            cache.begin(then);
+            match cache.get(10, 1) {
+                Some(children) => assert_eq!(children, vec![11]),
+                None => return samples,
+            }
+            samples += 1;
+        }
+    }
+
     #[test]
     fn while_no_pid_is_given_out_children_are_reused_longer() {
-        let mut cache = ChildrenCache::default();
-        cache.begin(Some(500));
-        cache.put(10, 1, &[11]);
-        for _ in 1..QUIET_REFRESH_SAMPLES {
-            cache.begin(Some(500));
-            assert_eq!(cache.get(10, 1), Some(vec![11]));
-        }
-        cache.begin(Some(500));
-        assert_eq!(
-            cache.get(10, 1),
-            None,
-            "read at least every QUIET_REFRESH_SAMPLES"
-        );
+        assert_eq!(reused_for(Some(500), Some(500)), QUIET_REFRESH_SAMPLES - 1);
     }
 
     #[test]
     fn a_pid_given_out_since_the_read_brings_back_the_short_refresh() {
+        assert_eq!(reused_for(Some(500), Some(501)), REFRESH_SAMPLES - 1);
+        // Unknown (no loadavg): the short refresh.
+        assert_eq!(reused_for(None, None), REFRESH_SAMPLES - 1);
+        assert_eq!(reused_for(Some(500), None), REFRESH_SAMPLES - 1);
+
+        // Read again after a pid was given out: reused while the new one holds.
         let mut cache = ChildrenCache::default();
         cache.begin(Some(500));
         cache.put(10, 1, &[11]);
-        for _ in 1..REFRESH_SAMPLES {
-            cache.begin(Some(501));
-            assert_eq!(cache.get(10, 1), Some(vec![11]));
-        }
         cache.begin(Some(501));
-        assert_eq!(cache.get(10, 1), None, "a new pid: read again when due");
-
-        // Read again under the new last pid: reused while it holds.
         cache.put(10, 1, &[11, 12]);
         for _ in 0..REFRESH_SAMPLES * 2 {
             cache.begin(Some(501));
             assert_eq!(cache.get(10, 1), Some(vec![11, 12]));
         }
-
-        // Unknown (no loadavg): the short refresh.
-        let mut cache = ChildrenCache::default();
-        cache.begin(None);
-        cache.put(10, 1, &[11]);
-        for _ in 1..REFRESH_SAMPLES {
-            cache.begin(None);
-            assert!(cache.get(10, 1).is_some());
-        }
-        cache.begin(None);
-        assert_eq!(cache.get(10, 1), None);
     }
 
     #[test]
