@@ -204,7 +204,6 @@ fn threads_read_between_samples_show_their_state_cpu_and_replacements() {
     let mut reader = ProcReader::new("/proc").unwrap();
     let mut errors = ErrorCounts::default();
     let mut sample = || leader_threads(&mut reader, &mut errors, pid);
-    let find = named;
     let first = sample();
     assert_eq!(first.len(), 4, "{first:?}");
     let mut last = first.clone();
@@ -213,8 +212,8 @@ fn threads_read_between_samples_show_their_state_cpu_and_replacements() {
         last = sample();
     }
     let (b0, b1) = (
-        find(&first, "burner").unwrap(),
-        find(&last, "burner").unwrap(),
+        named(&first, "burner").unwrap(),
+        named(&last, "burner").unwrap(),
     );
     assert_eq!(b1.state, 'R');
     assert!(
@@ -223,22 +222,22 @@ fn threads_read_between_samples_show_their_state_cpu_and_replacements() {
         b1.cpu_seconds - b0.cpu_seconds
     );
     let (s0, s1) = (
-        find(&first, "sleeper").unwrap(),
-        find(&last, "sleeper").unwrap(),
+        named(&first, "sleeper").unwrap(),
+        named(&last, "sleeper").unwrap(),
     );
     assert_eq!((s0.state, s1.state), ('S', 'S'));
     assert_eq!(
         s1.cpu_seconds, s0.cpu_seconds,
         "a sleeping thread uses no CPU"
     );
-    let short = find(&last, "short").unwrap();
+    let short = named(&last, "short").unwrap();
 
     writeln!(stdin).unwrap();
     assert_eq!(lines.next().unwrap().unwrap(), "swapped");
     let threads = sample();
     assert_eq!(threads.len(), 4, "{threads:?}");
-    let fresh = find(&threads, "fresh").expect("the new thread, at the same thread count");
-    assert!(find(&threads, "short").is_none(), "the thread that ended");
+    let fresh = named(&threads, "fresh").expect("the new thread, at the same thread count");
+    assert!(named(&threads, "short").is_none(), "the thread that ended");
     assert_ne!(fresh.tid, short.tid);
     assert_eq!(errors.get(ErrorSource::ProcJob), 0);
 }

@@ -34,13 +34,16 @@ pub(super) fn read_jobs(
     let holder_pids: HashSet<u32> = holders.iter().map(|(pid, _)| *pid).collect();
     let mut read = HashSet::new();
     let mut buf = Buffer::default();
-    // Before any `children` file: the last pid given out (see children.rs).
-    let loadavg = buf.kept(&mut memory.files, 0, Kind::Loadavg, || {
-        reader.root().join("loadavg")
-    });
-    memory
-        .children
-        .begin(loadavg.ok().and_then(|(text, _)| parse_last_pid(text)));
+    // Before any `children` file: the last pid given out (see children.rs);
+    // not read on a host with no job.
+    let last_pid = if holders.is_empty() {
+        None
+    } else {
+        let path = || reader.root().join("loadavg");
+        let loadavg = buf.kept(&mut memory.files, 0, Kind::Loadavg, path);
+        loadavg.ok().and_then(|(text, _)| parse_last_pid(text))
+    };
+    memory.children.begin(last_pid);
     holders
         .iter()
         .filter(|(pid, _)| read.insert(*pid))
