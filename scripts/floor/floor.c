@@ -6,8 +6,8 @@
  * symbols, the same count-then-fill protocol; the stand-in GPUs of the
  * benchmark have no GPM and no MIG, so neither costs more than the mode query;
  * the fault state in one field-values call; and, on a second thread, waits
- * on each GPU's Xid event set, as the daemon's events thread does) and reads the /proc files
- * stallwatch reads per job, process and thread (the same files, kept open and
+ * on one Xid event set holding every GPU, as the daemon's events thread
+ * does) and reads the /proc files stallwatch reads per job, process and thread (the same files, kept open and
  * read again from offset 0: each process's `stat` and `io`, each thread's
  * `schedstat` and its `stat` only when the thread ran, is new or its process
  * is due (every 10 samples, staggered by pid); no thread of a quiet process
@@ -212,27 +212,25 @@ static unsigned read_gpus(void) {
     return count;
 }
 
-/* Xid events: an event set per GPU, each waited on in turn for its share of
- * 500 ms (the daemon's default `faults.event_wait`), on a thread of its own. */
+/* Xid events: one event set with every GPU registered in it, waited on for
+ * 500 ms at a time (the daemon's default `faults.event_wait`), on a thread of
+ * its own. */
 static void *events(void *arg) {
     (void)arg;
-    set_t sets[64];
     unsigned n = 0, count = 0;
-    if (Count(&count) != 0) return NULL;
-    for (unsigned i = 0; i < count && n < 64; i++) {
+    set_t set;
+    if (Count(&count) != 0 || SetCreate(&set) != 0) return NULL;
+    for (unsigned i = 0; i < count; i++) {
         dev_t_ d;
         unsigned long long types = 0;
-        set_t set;
-        if (Handle(i, &d) != 0 || SupportedEvents(d, &types) != 0 || SetCreate(&set) != 0) continue;
-        if (Register(d, types, set) == 0) sets[n++] = set;
+        if (Handle(i, &d) != 0 || SupportedEvents(d, &types) != 0) continue;
+        if (Register(d, types, set) == 0) n++;
     }
     if (n == 0) return NULL;
-    unsigned slice = 500 / n < 20 ? 20 : 500 / n;
-    for (;;)
-        for (unsigned i = 0; i < n; i++) {
-            event_t e;
-            if (Wait(sets[i], &e, slice) == 0) sink += e.data;
-        }
+    for (;;) {
+        event_t e;
+        if (Wait(set, &e, 500) == 0) sink += e.data;
+    }
     return NULL;
 }
 

@@ -122,6 +122,34 @@ def test_xids_while_a_gpu_is_lost(daemon_factory):
     assert xids(d.metrics(), gpu=1) == {"79": 1}
 
 
+
+def test_a_gpu_that_cannot_register_leaves_the_others_their_events(daemon_factory):
+    # Every GPU is registered in one event set, and NVML frees a set whose
+    # registration fails: the GPUs registered before and after the failing
+    # one must still deliver their Xids, and it joins once it can.
+    scenario = {
+        "gpus": [gpu(0), gpu(1), gpu(2)],
+        "faults": [{"call": "nvmlDeviceRegisterEvents", "gpu": 1, "error": "unknown"}],
+    }
+    d = daemon_factory(scenario).start()
+    time.sleep(1.5)  # the events thread has registered what it can
+    scenario["gpus"][0]["xids"] = [{"xid": 94, "kernel_log": False}]
+    scenario["gpus"][2]["xids"] = [{"xid": 95, "kernel_log": False}]
+    d.set_scenario(scenario)
+    d.wait_for(
+        lambda m: xids(m, gpu=0).get("94") == 1 and xids(m, gpu=2).get("95") == 1,
+        what="NVML events on GPUs 0 and 2",
+    )
+    # Registration works again: GPU 1 joins at the next look (every 10 s);
+    # its Xid falls due after that.
+    del scenario["faults"]
+    scenario["gpus"][1]["xids"] = [{"xid": 48, "at_ms": 11000, "kernel_log": False}]
+    d.set_scenario(scenario)
+    d.wait_for(lambda m: xids(m, gpu=1).get("48") == 1, timeout=20, what="an NVML event on GPU 1 once it joined")
+    m = d.metrics()
+    assert (xids(m, gpu=0), xids(m, gpu=2)) == ({"94": 1}, {"95": 1})
+    assert "panicked" not in d.logs()
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the daemon as nobody")
 def test_without_kernel_log_access_nvml_events_still_count(install_dir):
     if Path("/proc/sys/kernel/dmesg_restrict").read_text().strip() != "1":

@@ -2,7 +2,7 @@
 //! a thread of its own, counted per GPU once (the two sources report the
 //! same Xid) and handed to the sampler with each sample.
 //!
-//! - `events`: one NVML event set per GPU, waited on with a timeout.
+//! - `events`: one NVML event set holding every GPU, waited on with a timeout.
 //! - `kernel_log`: the driver's `NVRM: Xid` lines from `/dev/kmsg` (or a
 //!   file or FIFO a test feeds), from the daemon's start onward; they carry
 //!   the pid and cover Xids NVML events miss (79, 119, 120).

@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 pub struct FaultsConfig {
     /// Wait on NVML events for Xid errors (a thread of its own).
     pub nvml_events: bool,
-    /// Longest single wait on NVML events: how soon the thread notices a
-    /// GPU it should register again.
+    /// Longest single wait on NVML events (an Xid on any GPU ends it at
+    /// once): the thread wakes this often when none comes.
     #[serde(with = "humantime_serde")]
     pub event_wait: Duration,
     /// The kernel log to follow for the driver's Xid lines (they name the
