@@ -148,8 +148,10 @@ fn watch(nvml: &Nvml, wait: Duration, tx: &Sender<XidReport>) -> Result<bool, ()
                         .as_ref()
                         .map(Registered::indices)
                         .unwrap_or_default();
-                    let joining =
-                        (0..count).any(|i| !have.contains(&i) && candidate(nvml, i).is_some());
+                    let joining = (0..count).any(|i| {
+                        !have.contains(&i)
+                            && candidate(nvml, i).is_some_and(|c| registers(nvml, &c))
+                    });
                     if joining {
                         registered = rebuild(nvml, registered, answering(nvml, count), tx)?;
                     }
@@ -243,6 +245,14 @@ fn candidate(nvml: &Nvml, index: u32) -> Option<Candidate<'_>> {
         device,
         types,
     })
+}
+
+/// Whether the candidate can be registered, tried on a set of its own (freed
+/// after): a GPU whose registration keeps failing never makes the shared
+/// set be made again, and so never costs the others an event.
+fn registers(nvml: &Nvml, c: &Candidate) -> bool {
+    nvml.create_event_set()
+        .is_ok_and(|set| c.device.register_events(c.types, set).is_ok())
 }
 
 /// A new set with every candidate registered. The old set's events are
