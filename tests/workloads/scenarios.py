@@ -170,7 +170,9 @@ SCENARIOS = {s.name: s for s in [
               JobSpec("notebook", ["--gpu-memory-gib", "8", "--step-kernel", "0.01", "--batch-size", "8",
                                    "--workers", "1", "--sleep-ms", "30", "--log-every-s", "30",
                                    "--startup-s", "2"], start_s=ONSET)],
-             [Label("shared_gpu", ONSET)], 300, gpus=[GpuSpec(), GpuSpec()]),
+             # It fires 150 s after the newcomer starts (its warm-up, then 30 s):
+             # the run lasts until the label's deadline, not to that instant.
+             [Label("shared_gpu", ONSET)], 360, gpus=[GpuSpec(), GpuSpec()]),
     Scenario("leftover_process", "a job's child holds 1 GiB without computing; the job ends at "
              "150 s and the child, orphaned, keeps the memory",
              [JobSpec("train", HEALTHY + ["--leave-child-holding", "--exit-after-s", str(ONSET)])],
