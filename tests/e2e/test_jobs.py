@@ -1,5 +1,6 @@
 """Jobs are real processes: their threads, children and output are read from /proc."""
 
+import json
 import subprocess
 import sys
 import time
@@ -81,6 +82,58 @@ def test_silent_job_keeps_its_last_output_time(daemon_factory, tmp_path):
         first = m.value("stallwatch_job_last_output_timestamp_seconds", pid=pid)
         time.sleep(1.0)
         assert d.metrics().value("stallwatch_job_last_output_timestamp_seconds", pid=pid) == first
+    finally:
+        kill_group(p)
+        out.close()
+
+
+# Two threads hashing outside the GIL (hashlib releases it for large buffers),
+# the process confined to one CPU: each runs about half the time and waits for
+# that CPU the other half.
+SHARING_ONE_CPU = """
+import hashlib, os, sys, threading
+os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+data = b"x" * (1 << 22)
+def hash_forever():
+    while True:
+        hashlib.sha256(data).digest()
+for i in range(2):
+    threading.Thread(target=hash_forever, name=f"hasher{i}", daemon=True).start()
+print("ready", flush=True)
+threading.Event().wait()
+"""
+
+
+def test_a_thread_kept_waiting_for_a_cpu_shows_its_wait(daemon_factory, tmp_path):
+    out = open(tmp_path / "train.log", "w")
+    p = subprocess.Popen([sys.executable, "-c", SHARING_ONE_CPU], stdout=out, start_new_session=True)
+    try:
+        wait_ready(tmp_path / "train.log")
+        d = daemon_factory(holding(p.pid)).start()
+
+        def top_thread():
+            code, _, body = d.get("/api/v1/status")
+            assert code == 200, body
+            jobs = [j for g in json.loads(body)["gpus"] for j in g["jobs"] if j["pid"] == p.pid]
+            return jobs[0].get("top_thread") if jobs else None
+
+        deadline = time.monotonic() + 15
+        seen = []
+        while time.monotonic() < deadline:
+            t = top_thread()
+            if t and t.get("wait_ratio") is not None:
+                seen.append(t)
+                if len(seen) >= 3:
+                    break
+            time.sleep(0.5)
+        assert len(seen) >= 3, f"no wait_ratio on the job's top thread: {seen}"
+        for t in seen:
+            assert t["tid"] != p.pid, f"a hashing thread, not the main one: {t}"
+            # Half on the CPU, half waiting for it (give or take the daemon's
+            # own turns on a busy test host).
+            assert 0.25 <= t["cpu_ratio"] <= 0.75, t
+            assert 0.25 <= t["wait_ratio"] <= 0.75, t
+            assert t["cpu_ratio"] + t["wait_ratio"] >= 0.85, t
     finally:
         kill_group(p)
         out.close()

@@ -234,26 +234,23 @@ fn io_totals(snap: &JobSnapshot) -> Option<IoCounters> {
     })
 }
 
-/// The busiest threads over the interval, from per-thread CPU deltas. Only
-/// the few kept are copied out (names included).
+/// The busiest threads over the interval, from per-thread CPU deltas (and
+/// their run-queue waits, where read). Only the few kept are copied out
+/// (names included).
 fn top_threads(prev: &JobSample, job: &JobSample, dt: f64) -> Vec<ThreadUsage> {
-    let old: HashMap<(ProcessId, u32), f64> = job_processes(prev)
-        .flat_map(|p| {
-            p.threads
-                .iter()
-                .map(move |t| ((p.id, t.tid), t.cpu_seconds))
-        })
+    let old: HashMap<(ProcessId, u32), &ThreadSample> = job_processes(prev)
+        .flat_map(|p| p.threads.iter().map(move |t| ((p.id, t.tid), t)))
         .collect();
-    let mut usage: Vec<(f64, &ProcessSample, &ThreadSample)> = job_processes(job)
+    let mut usage: Vec<(f64, &ProcessSample, &ThreadSample, &ThreadSample)> = job_processes(job)
         .flat_map(|p| p.threads.iter().map(move |t| (p, t)))
         .filter_map(|(p, t)| {
             let before = old.get(&(p.id, t.tid))?;
-            let used = counter_delta(*before, t.cpu_seconds)?;
-            Some(((used / dt).clamp(0.0, 1.0), p, t))
+            let used = counter_delta(before.cpu_seconds, t.cpu_seconds)?;
+            Some(((used / dt).clamp(0.0, 1.0), p, t, *before))
         })
         .collect();
-    let busier = |a: &(f64, &ProcessSample, &ThreadSample),
-                  b: &(f64, &ProcessSample, &ThreadSample)| {
+    let busier = |a: &(f64, &ProcessSample, &ThreadSample, &ThreadSample),
+                  b: &(f64, &ProcessSample, &ThreadSample, &ThreadSample)| {
         b.0.total_cmp(&a.0).then(a.2.tid.cmp(&b.2.tid))
     };
     if usage.len() > TOP_THREADS {
@@ -263,12 +260,17 @@ fn top_threads(prev: &JobSample, job: &JobSample, dt: f64) -> Vec<ThreadUsage> {
     usage.sort_by(busier);
     usage
         .into_iter()
-        .map(|(cpu_ratio, p, t)| ThreadUsage {
+        .map(|(cpu_ratio, p, t, before)| ThreadUsage {
             pid: p.id.pid,
             tid: t.tid,
             name: t.name.clone(),
             state: t.state,
             cpu_ratio,
+            wait_ratio: before
+                .wait_seconds
+                .zip(t.wait_seconds)
+                .and_then(|(before, now)| counter_delta(before, now))
+                .map(|waited| (waited / dt).clamp(0.0, 1.0)),
         })
         .collect()
 }

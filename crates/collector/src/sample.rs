@@ -219,6 +219,10 @@ pub struct ThreadSample {
     pub state: char,
     /// utime + stime of this thread.
     pub cpu_seconds: f64,
+    /// Time it was runnable but waiting for a CPU (`schedstat`'s second
+    /// field); `None` where `schedstat` is not read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_seconds: Option<f64>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]

@@ -244,6 +244,11 @@ pub struct ThreadUsage {
     pub state: char,
     /// Share of one core used over the last interval.
     pub cpu_ratio: f64,
+    /// Share of the last interval it was runnable but waiting for a CPU (a
+    /// busy host, or a lock such as Python's GIL handed to it while its CPU
+    /// ran something else); absent where `schedstat` is not read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_ratio: Option<f64>,
 }
 
 /// CPU of one process of a job over the last interval.

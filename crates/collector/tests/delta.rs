@@ -11,6 +11,7 @@ fn thread(tid: u32, name: &str, state: char, cpu: f64) -> ThreadSample {
         name: name.into(),
         state,
         cpu_seconds: cpu,
+        wait_seconds: None,
     }
 }
 
@@ -114,6 +115,43 @@ fn busiest_thread_is_found_by_its_own_delta() {
         snaps[0].jobs[0].top_threads.is_empty(),
         "no rate from one sample"
     );
+}
+
+#[test]
+fn a_threads_wait_for_a_cpu_is_a_rate_where_both_samples_know_it() {
+    let waited = |t: ThreadSample, wait: Option<f64>| ThreadSample {
+        wait_seconds: wait,
+        ..t
+    };
+    let at = |t: f64, cpu: [f64; 2], wait: [Option<f64>; 2]| {
+        sample(
+            t,
+            vec![job(
+                process(
+                    10,
+                    5,
+                    cpu[0] + cpu[1],
+                    vec![
+                        waited(thread(11, "map0", 'R', cpu[0]), wait[0]),
+                        waited(thread(12, "map1", 'R', cpu[1]), wait[1]),
+                    ],
+                ),
+                vec![],
+            )],
+        )
+    };
+    let snaps = chain(&[
+        at(0.0, [10.0, 10.0], [Some(4.0), None]),
+        at(2.0, [11.2, 10.8], [Some(4.6), Some(1.0)]),
+        at(4.0, [12.4, 11.6], [Some(4.5), Some(2.0)]),
+    ]);
+    let threads = &snaps[1].jobs[0].top_threads;
+    assert_eq!(threads[0].name, "map0");
+    assert!((threads[0].wait_ratio.unwrap() - 0.3).abs() < 1e-9);
+    assert_eq!(threads[1].wait_ratio, None, "unknown at the first sample");
+    let threads = &snaps[2].jobs[0].top_threads;
+    assert_eq!(threads[0].wait_ratio, None, "went backwards: no rate");
+    assert!((threads[1].wait_ratio.unwrap() - 0.5).abs() < 1e-9);
 }
 
 #[test]

@@ -129,9 +129,11 @@ config_struct!(
         /// of a core...
         min_thread_cpu: f64 = 0.9,
         /// ...or when two or more busy threads of one process used this many
-        /// cores together (GIL-bound work hopping between threads: each
-        /// handover of the GIL costs a wake-up, so they fall a little short
-        /// of the full core one pinned thread shows)...
+        /// cores together, counting their waits for a CPU (GIL-bound work
+        /// hopping between threads: each handover of the GIL costs a wake-up,
+        /// so they fall a little short of the full core one pinned thread
+        /// shows, and on a busy host the GIL waits with the thread it was
+        /// handed to)...
         min_spread_cpu: f64 = 0.8,
         /// ...while that whole process used less than this many cores: the
         /// GIL lets its Python threads use about one core between them.

@@ -128,6 +128,9 @@ pub struct ThreadEvidence {
     pub state: String,
     /// Share of one core.
     pub cpu_ratio: f64,
+    /// Share of the interval it was runnable but waiting for a CPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_ratio: Option<f64>,
 }
 
 /// Busy threads of one process that together use about one core while the
@@ -139,9 +142,21 @@ pub struct GilSpread {
     pub threads: Vec<ThreadEvidence>,
     /// Their CPU together, in cores.
     pub cpu_cores: f64,
+    /// Their time waiting for a CPU together, in cores: the GIL handed to a
+    /// thread that waits in a run queue is used by none of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_cores: Option<f64>,
     /// The whole process's CPU, in cores.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub process_cpu_cores: Option<f64>,
+}
+
+impl GilSpread {
+    /// Their wait for a CPU together, where it is worth saying (a twentieth
+    /// of a core or more).
+    pub fn noticeable_wait(&self) -> Option<f64> {
+        self.wait_cores.filter(|w| *w >= 0.05)
+    }
 }
 
 impl From<&crate::frame::ThreadFrame> for ThreadEvidence {
@@ -152,6 +167,7 @@ impl From<&crate::frame::ThreadFrame> for ThreadEvidence {
             name: t.name.clone(),
             state: t.state.to_string(),
             cpu_ratio: round(t.cpu),
+            wait_ratio: round_opt(t.wait),
         }
     }
 }

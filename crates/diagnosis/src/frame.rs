@@ -153,6 +153,10 @@ pub struct ThreadFrame {
     pub state: char,
     /// Share of one core over the last interval.
     pub cpu: f64,
+    /// Share of the last interval it was runnable but waiting for a CPU;
+    /// absent where not known (frames recorded before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait: Option<f64>,
 }
 
 /// CPU of one process of a job over the last interval.

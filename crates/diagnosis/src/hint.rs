@@ -23,9 +23,20 @@ fn base_hint(kind: Kind, evidence: &Evidence) -> String {
                 .process_cpu_cores
                 .map(|p| format!(" (the whole process {p:.2})"))
                 .unwrap_or_default();
+            let waiting = g
+                .noticeable_wait()
+                .map(|w| {
+                    format!(
+                        " and waits {w:.2} more for a CPU (a GIL handed over sits unused while \
+                         the thread given it waits for a CPU: other work on the host slows it \
+                         further)"
+                    )
+                })
+                .unwrap_or_default();
             format!(
                 "The input pipeline is bound by the GIL: Python work spread over {} threads of \
-                 pid {} (tids {}) uses {:.2} cores together{process} while the GPU waits. The \
+                 pid {} (tids {}) uses {:.2} cores together{process}{waiting} while the GPU \
+                 waits. The \
                  threads take turns holding the GIL, so together they get about one core however \
                  many there are (tf.data runs py_function on its pool threads). Vectorize the map \
                  function with tf ops / numpy, or move the Python work (PIL, cv2, py_function) to \

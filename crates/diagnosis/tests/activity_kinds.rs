@@ -68,11 +68,7 @@ fn a_spinning_kernel_is_reported_within_three_minutes_from_gpm() {
     assert!(starts[0] - 600.0 <= 180.0, "at {}", starts[0]);
     assert_eq!(run.kinds(), vec![Kind::Spinning], "before the hang time");
     assert_eq!(run.engine.status()[0].verdict, Verdict::Stalled);
-    let event = run
-        .events
-        .iter()
-        .find(|e| e.kind == Kind::Spinning)
-        .unwrap();
+    let event = run.first(Kind::Spinning);
     let ev = &event.evidence;
     assert_eq!(ev.activity_signal, Some(ActivitySignal::GpmSmActive));
     assert!((ev.sm_active_mean.unwrap() - 0.03).abs() < 0.01, "{ev:?}");

@@ -144,11 +144,7 @@ fn one_pinned_thread_on_a_starved_gpu_is_single_thread_bound() {
         run.kinds(),
         vec![Kind::InputStarved, Kind::SingleThreadBound]
     );
-    let single = run
-        .events
-        .iter()
-        .find(|e| e.kind == Kind::SingleThreadBound)
-        .unwrap();
+    let single = run.first(Kind::SingleThreadBound);
     assert!(single.time <= 180.0);
     assert_eq!(single.evidence.top_threads[0].name, "py_map");
     assert!(single.hint.contains("`py_map`"), "{}", single.hint);
@@ -171,12 +167,7 @@ fn a_saturated_host_is_cpu_saturated_not_single_thread_bound() {
         f
     });
     assert_eq!(run.kinds(), vec![Kind::InputStarved, Kind::CpuSaturated]);
-    let ev = &run
-        .events
-        .iter()
-        .find(|e| e.kind == Kind::CpuSaturated)
-        .unwrap()
-        .evidence;
+    let ev = &run.first(Kind::CpuSaturated).evidence;
     assert_eq!(ev.host_cpus, Some(2));
     assert!(ev.psi_cpu_some.unwrap() > 0.4);
 }
@@ -221,12 +212,7 @@ fn threads_in_disk_sleep_on_a_starved_gpu_are_io_bound() {
         f
     });
     assert_eq!(run.kinds(), vec![Kind::InputStarved, Kind::IoBound]);
-    let ev = &run
-        .events
-        .iter()
-        .find(|e| e.kind == Kind::IoBound)
-        .unwrap()
-        .evidence;
+    let ev = &run.first(Kind::IoBound).evidence;
     assert!((ev.disk_sleep_share.unwrap() - 0.5).abs() < 0.05);
 }
 

@@ -44,11 +44,7 @@ fn busy_gpu_without_progress_at_low_power_is_a_hang() {
         "at {}",
         spinning[0]
     );
-    let hang = run
-        .events
-        .iter()
-        .find(|e| e.kind == Kind::BusyNoProgress)
-        .unwrap();
+    let hang = run.first(Kind::BusyNoProgress);
     let ev = &hang.evidence;
     assert!(ev.power_baseline_watts.unwrap() > 550.0);
     assert_eq!(ev.hang_seconds, Some(600.0));
@@ -185,11 +181,7 @@ fn two_separate_jobs_on_one_gpu_share_it_but_a_child_does_not_count() {
     });
     let starts = run.starts(Kind::SharedGpu);
     assert_eq!(starts, vec![130.0]);
-    let ev = &run
-        .events
-        .iter()
-        .find(|e| e.kind == Kind::SharedGpu)
-        .unwrap();
+    let ev = &run.first(Kind::SharedGpu);
     let pids: Vec<u32> = ev.evidence.processes.iter().map(|p| p.pid).collect();
     assert_eq!(pids, vec![100, 200]);
     assert!(ev.hint.contains("CUDNN_STATUS_INTERNAL_ERROR"));

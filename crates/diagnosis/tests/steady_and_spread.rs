@@ -3,7 +3,7 @@
 
 mod script;
 
-use diagnosis::frame::{JobFrame, ProcessCpuFrame, ThreadFrame};
+use diagnosis::frame::{Frame, JobFrame, ProcessCpuFrame, ThreadFrame};
 use diagnosis::{DiagnosisConfig, Kind, Verdict};
 use script::*;
 
@@ -118,6 +118,7 @@ fn thread(pid: u32, tid: u32, cpu: f64) -> ThreadFrame {
         name: "python3".into(),
         state: 'R',
         cpu,
+        wait: None,
     }
 }
 
@@ -151,11 +152,7 @@ fn gil_bound_work_spread_over_three_threads_is_single_thread_bound() {
         run.kinds(),
         vec![Kind::InputStarved, Kind::SingleThreadBound]
     );
-    let single = run
-        .events
-        .iter()
-        .find(|e| e.kind == Kind::SingleThreadBound)
-        .unwrap();
+    let single = run.first(Kind::SingleThreadBound);
     assert!(single.time <= 180.0);
     let spread = single
         .evidence
@@ -213,6 +210,58 @@ fn a_spread_a_little_short_of_a_full_core_still_counts() {
         }
         frame(t, 0.02, vec![j])
     });
+    assert_eq!(run.kinds(), vec![Kind::InputStarved]);
+}
+
+/// GIL-bound work on a busy host, as measured on 2 cores with a third of
+/// one taken by other work: the threads run 0.58 cores together and wait
+/// 0.34 for a CPU (the GIL waits with the thread handed it), PSI cpu ~0.1.
+fn contended_gil_job(t: f64, wait: Option<f64>) -> Frame {
+    let mut j = gil_job(t, 0.62);
+    for th in j.top_threads.iter_mut().filter(|th| th.cpu > 0.1) {
+        th.cpu = 0.19 + 0.01 * f64::from(th.tid % 3);
+        th.wait = wait;
+    }
+    let mut f = frame(t, 0.02, vec![j]);
+    f.host.cpu_utilization = Some(0.62);
+    f.host.psi_cpu_some = Some(0.12);
+    f
+}
+
+#[test]
+fn gil_bound_threads_kept_waiting_for_a_cpu_on_a_busy_host_are_still_gil_bound() {
+    let mut run = Run::default();
+    run.feed(0, 300, |t| contended_gil_job(t, Some(0.11)));
+    assert_eq!(
+        run.kinds(),
+        vec![Kind::InputStarved, Kind::SingleThreadBound]
+    );
+    let single = run.first(Kind::SingleThreadBound);
+    let spread = single
+        .evidence
+        .gil_spread
+        .as_ref()
+        .expect("spread evidence");
+    assert!((spread.cpu_cores - 0.6).abs() < 1e-9, "{spread:?}");
+    assert_eq!(spread.wait_cores, Some(0.33));
+    assert_eq!(spread.threads[0].wait_ratio, Some(0.11));
+    assert!(
+        single.hint.contains(
+            "uses 0.60 cores together (the whole process 0.62) and waits 0.33 more for a CPU"
+        ),
+        "{}",
+        single.hint
+    );
+
+    // The same CPU without the waits known (a kernel without schedstat, or
+    // frames recorded before): 0.6 cores is not a core's worth.
+    let mut run = Run::default();
+    run.feed(0, 300, |t| contended_gil_job(t, None));
+    assert_eq!(run.kinds(), vec![Kind::InputStarved]);
+
+    // Threads that wait little are not lifted to a core by their waits.
+    let mut run = Run::default();
+    run.feed(0, 300, |t| contended_gil_job(t, Some(0.03)));
     assert_eq!(run.kinds(), vec![Kind::InputStarved]);
 }
 

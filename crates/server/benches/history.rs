@@ -50,6 +50,7 @@ fn snapshot(t: f64) -> Snapshot {
                         name: (*name).to_owned(),
                         state: 'R',
                         cpu_ratio: wobble / (k as f64 + 1.0),
+                        wait_ratio: Some(0.01),
                     })
                     .collect(),
                 ..JobSnapshot::default()

@@ -50,6 +50,7 @@ fn thread(tid: u32, name: String, state: char, cpu_seconds: f64) -> ThreadSample
         name,
         state,
         cpu_seconds,
+        wait_seconds: Some(0.0),
     }
 }
 

@@ -208,6 +208,7 @@ impl Walk<'_> {
                 name: stat.comm.clone(),
                 state: stat.state,
                 cpu_seconds: reader.ticks_to_seconds(stat.cpu_ticks),
+                wait_seconds: None,
             };
             let children = match cached.clone() {
                 Some(children) => children,
@@ -381,6 +382,7 @@ impl Walk<'_> {
                 name: stat.comm,
                 state: stat.state,
                 cpu_seconds: self.reader.ticks_to_seconds(stat.cpu_ticks),
+                wait_seconds: None,
             });
         }
         let read = self
@@ -394,12 +396,14 @@ impl Walk<'_> {
             return job_value(Err(e), "thread schedstat", self.errors);
         };
         let cpu_seconds = sched.cpu_seconds();
+        let wait_seconds = Some(sched.wait_seconds());
         if let Some((name, state)) = self.memory.tasks.unchanged(pid, tid, sched, fresh) {
             return Some(ThreadSample {
                 tid,
                 name: name.to_owned(),
                 state,
                 cpu_seconds,
+                wait_seconds,
             });
         }
         let stat = self.stat(tid, Kind::ThreadStat, || task().join("stat"))?;
@@ -411,6 +415,7 @@ impl Walk<'_> {
             name: stat.comm,
             state: stat.state,
             cpu_seconds,
+            wait_seconds,
         })
     }
 }

@@ -89,6 +89,11 @@ impl Schedstat {
     pub fn cpu_seconds(&self) -> f64 {
         self.run_ns as f64 * 1e-9
     }
+
+    /// Time runnable on a run queue, waiting for a CPU, in seconds.
+    pub fn wait_seconds(&self) -> f64 {
+        self.wait_ns as f64 * 1e-9
+    }
 }
 
 pub fn parse_schedstat(bytes: &[u8]) -> Option<Schedstat> {

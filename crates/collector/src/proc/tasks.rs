@@ -164,6 +164,7 @@ impl Tasks {
                 name: thread.name.clone(),
                 state: thread.state,
                 cpu_seconds: thread.sched.cpu_seconds(),
+                wait_seconds: Some(thread.sched.wait_seconds()),
             });
         }
         Some(threads)

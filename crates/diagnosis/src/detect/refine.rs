@@ -42,11 +42,14 @@ fn gil_handovers(ctx: &Ctx, w: &Window) -> bool {
 /// process's busy threads when GIL-bound work spreads over several.
 const BUSY_THREAD_CPU: f64 = 0.05;
 
-/// The busy threads of one process and their CPU together.
+/// The busy threads of one process, their CPU together, and their waits
+/// for a CPU together.
 struct Spread<'a> {
     pid: u32,
     threads: Vec<&'a ThreadFrame>,
     cpu: f64,
+    /// Known only when every busy thread's wait is.
+    wait: Option<f64>,
     /// The whole process's CPU, in cores, where known.
     process_cpu: Option<f64>,
 }
@@ -56,6 +59,15 @@ impl Spread<'_> {
     /// their CPU together is what one Python thread pinned would show.
     fn gil_bound(&self, max_process_cpu: f64) -> bool {
         self.threads.len() >= 2 && self.process_cpu.is_some_and(|p| p < max_process_cpu)
+    }
+
+    /// What the threads would have used, in cores: their CPU and their waits
+    /// for a CPU. A GIL handed over on a busy host sits unused while the
+    /// thread given it waits in a run queue: on 2 cores with a third of one
+    /// taken by other work, three GIL-bound threads ran 0.58 cores together
+    /// and waited 0.34 (see docs/diagnosis.md).
+    fn demand(&self) -> f64 {
+        self.cpu + self.wait.unwrap_or(0.0)
     }
 }
 
@@ -68,11 +80,13 @@ fn spreads<'a>(jobs: &[&'a JobFrame]) -> Vec<Spread<'a>> {
                 Some(s) => {
                     s.threads.push(t);
                     s.cpu += t.cpu;
+                    s.wait = s.wait.zip(t.wait).map(|(a, b)| a + b);
                 }
                 None => out.push(Spread {
                     pid: t.pid,
                     threads: vec![t],
                     cpu: t.cpu,
+                    wait: t.wait,
                     process_cpu: process_cpu(job, t.pid),
                 }),
             }
@@ -94,13 +108,14 @@ fn process_cpu(job: &JobFrame, pid: u32) -> Option<f64> {
     }
 }
 
-/// CPU of the busy threads of the one process whose GIL-bound work is spread
-/// over several threads (the most such CPU), for one sample.
+/// CPU and waits for a CPU of the busy threads of the one process whose
+/// GIL-bound work is spread over several threads (the busiest such process),
+/// for one sample.
 pub fn spread_cpu(jobs: &[&JobFrame], max_process_cpu: f64) -> Option<f64> {
     spreads(jobs)
         .into_iter()
         .find(|s| s.gil_bound(max_process_cpu))
-        .map(|s| s.cpu)
+        .map(|s| s.demand())
 }
 
 pub fn single_thread(ctx: &Ctx) -> Finding {
@@ -156,6 +171,7 @@ fn gil_spread(ctx: &Ctx, max_process_cpu: f64) -> Option<GilSpread> {
             .map(|t| ThreadEvidence::from(*t))
             .collect(),
         cpu_cores: round(best.cpu),
+        wait_cores: round_opt(best.wait),
         process_cpu_cores: round_opt(best.process_cpu),
     })
 }

@@ -51,6 +51,7 @@ pub fn job(pid: u32, cpu: f64, top_thread: f64) -> JobFrame {
             name: "py_map".into(),
             state: 'R',
             cpu: top_thread,
+            wait: None,
         }],
         top_processes: vec![],
         threads_total: 20,
@@ -123,6 +124,14 @@ impl Run {
             .filter(|e| e.kind == kind && e.phase == Phase::Start)
             .map(|e| e.time)
             .collect()
+    }
+
+    /// The first event of `kind` (its start).
+    pub fn first(&self, kind: Kind) -> &Event {
+        self.events
+            .iter()
+            .find(|e| e.kind == kind)
+            .unwrap_or_else(|| panic!("no {kind:?} event in {:?}", self.kinds()))
     }
 
     pub fn ends(&self, kind: Kind) -> Vec<f64> {

@@ -64,13 +64,17 @@ pub fn describe(e: &Evidence) -> Vec<String> {
             .process_cpu_cores
             .map(|p| format!("; the whole process {p:.2}"))
             .unwrap_or_default();
+        let waiting = g
+            .noticeable_wait()
+            .map(|w| format!(", {w:.2} more waiting for a CPU"))
+            .unwrap_or_default();
         let threads: Vec<String> = g
             .threads
             .iter()
             .map(|t| format!("`{}` (tid {}) {}", t.name, t.tid, pct(t.cpu_ratio)))
             .collect();
         out.push(format!(
-            "GIL-bound Python work spread over {} threads of pid {} ({:.2} cores together{process}): {}",
+            "GIL-bound Python work spread over {} threads of pid {} ({:.2} cores together{waiting}{process}): {}",
             g.threads.len(),
             g.pid,
             g.cpu_cores,
@@ -255,24 +259,42 @@ mod tests {
             name: "python3".into(),
             state: "R".into(),
             cpu_ratio,
+            wait_ratio: None,
+        };
+        let mut spread = GilSpread {
+            pid: 123,
+            threads: vec![thread(124, 0.35), thread(125, 0.33), thread(126, 0.29)],
+            cpu_cores: 0.97,
+            wait_cores: Some(0.02),
+            process_cpu_cores: Some(1.01),
         };
         let e = Evidence {
-            gil_spread: Some(GilSpread {
-                pid: 123,
-                threads: vec![thread(124, 0.35), thread(125, 0.33), thread(126, 0.29)],
-                cpu_cores: 0.97,
-                process_cpu_cores: Some(1.01),
-            }),
+            gil_spread: Some(spread.clone()),
             ..Evidence::default()
         };
-        let lines = describe(&e);
         assert_eq!(
-            lines,
+            describe(&e),
             vec![
                 "GIL-bound Python work spread over 3 threads of pid 123 (0.97 cores together; \
                  the whole process 1.01): `python3` (tid 124) 35%, `python3` (tid 125) 33%, \
                  `python3` (tid 126) 29%"
             ]
+        );
+        // On a busy host the GIL waits with the thread it was handed to.
+        spread.cpu_cores = 0.58;
+        spread.wait_cores = Some(0.34);
+        spread.process_cpu_cores = Some(0.6);
+        let e = Evidence {
+            gil_spread: Some(spread),
+            ..Evidence::default()
+        };
+        assert!(
+            describe(&e)[0].starts_with(
+                "GIL-bound Python work spread over 3 threads of pid 123 (0.58 cores together, \
+                 0.34 more waiting for a CPU; the whole process 0.60)"
+            ),
+            "{:?}",
+            describe(&e)
         );
     }
 }

@@ -137,6 +137,7 @@ fn job(j: &JobSnapshot) -> JobFrame {
                 name: t.name.clone(),
                 state: t.state,
                 cpu: t.cpu_ratio,
+                wait: t.wait_ratio,
             })
             .collect(),
         top_processes: j

@@ -20,6 +20,7 @@ fn thread(name: &str, cpu_ratio: f64) -> ThreadUsage {
         name: name.to_owned(),
         state: 'R',
         cpu_ratio,
+        wait_ratio: None,
     }
 }
 
