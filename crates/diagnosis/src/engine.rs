@@ -570,6 +570,7 @@ fn point(
         (None, Some(_)) => Some(ActivitySignal::GpmSmActive),
         (None, None) => None,
     };
+    let spread = crate::detect::spread_load(warmed, max_process_cpu);
     Point {
         t,
         utilization: gpu.utilization.or(gpu.sm_active),
@@ -585,7 +586,8 @@ fn point(
             .iter()
             .filter_map(|j| j.top_threads.first().map(|th| th.cpu))
             .reduce(f64::max),
-        spread_cpu: crate::detect::spread_cpu(warmed, max_process_cpu),
+        spread_cpu: spread.map(|s| s.cpu),
+        spread_demand: spread.map(|s| s.demand),
         disk_sleep: warmed.iter().any(|j| j.threads_disk_sleep > 0),
         threads_running: warmed.iter().map(|j| j.threads_running).sum(),
         threads_total: warmed.iter().map(|j| j.threads_total).sum(),

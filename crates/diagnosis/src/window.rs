@@ -37,10 +37,12 @@ pub struct Point {
     pub job_cpu: Option<f64>,
     /// Share of one core used by the busiest job thread.
     pub top_thread_cpu: Option<f64>,
-    /// CPU and waits for a CPU (cores) of the busy threads of one process
-    /// together, where work spreads over several threads and the process
-    /// stays under the GIL cap.
+    /// CPU (cores) of the busy threads of one process together, where work
+    /// spreads over several threads and the process stays under the GIL cap.
     pub spread_cpu: Option<f64>,
+    /// The same threads' CPU and waits for a CPU together (their CPU alone
+    /// where a wait is unknown).
+    pub spread_demand: Option<f64>,
     /// Some job thread was in uninterruptible (D) state.
     pub disk_sleep: bool,
     /// Job threads running, and in all.

@@ -144,6 +144,16 @@ fn gil_job(t: f64, process_cpu: f64) -> JobFrame {
     j
 }
 
+/// `gil_job` with its three busy threads at `cpu` each, waiting `wait` each.
+fn even_gil_job(t: f64, process_cpu: f64, cpu: f64, wait: Option<f64>) -> JobFrame {
+    let mut j = gil_job(t, process_cpu);
+    for th in j.top_threads.iter_mut().filter(|th| th.cpu > 0.1) {
+        th.cpu = cpu;
+        th.wait = wait;
+    }
+    j
+}
+
 #[test]
 fn gil_bound_work_spread_over_three_threads_is_single_thread_bound() {
     let mut run = Run::default();
@@ -191,11 +201,7 @@ fn a_spread_a_little_short_of_a_full_core_still_counts() {
     // Each handover of the GIL costs a wake-up: 3 x 0.28 = 0.84 cores.
     let mut run = Run::default();
     run.feed(0, 300, |t| {
-        let mut j = gil_job(t, 0.88);
-        for th in j.top_threads.iter_mut().filter(|th| th.cpu > 0.1) {
-            th.cpu = 0.28;
-        }
-        frame(t, 0.02, vec![j])
+        frame(t, 0.02, vec![even_gil_job(t, 0.88, 0.28, None)])
     });
     assert_eq!(
         run.kinds(),
@@ -204,11 +210,7 @@ fn a_spread_a_little_short_of_a_full_core_still_counts() {
     // Well short of a core (3 x 0.2): not bound by the GIL.
     let mut run = Run::default();
     run.feed(0, 300, |t| {
-        let mut j = gil_job(t, 0.64);
-        for th in j.top_threads.iter_mut().filter(|th| th.cpu > 0.1) {
-            th.cpu = 0.2;
-        }
-        frame(t, 0.02, vec![j])
+        frame(t, 0.02, vec![even_gil_job(t, 0.64, 0.2, None)])
     });
     assert_eq!(run.kinds(), vec![Kind::InputStarved]);
 }
@@ -217,12 +219,7 @@ fn a_spread_a_little_short_of_a_full_core_still_counts() {
 /// one taken by other work: the threads run 0.58 cores together and wait
 /// 0.34 for a CPU (the GIL waits with the thread handed it), PSI cpu ~0.1.
 fn contended_gil_job(t: f64, wait: Option<f64>) -> Frame {
-    let mut j = gil_job(t, 0.62);
-    for th in j.top_threads.iter_mut().filter(|th| th.cpu > 0.1) {
-        th.cpu = 0.19 + 0.01 * f64::from(th.tid % 3);
-        th.wait = wait;
-    }
-    let mut f = frame(t, 0.02, vec![j]);
+    let mut f = frame(t, 0.02, vec![even_gil_job(t, 0.62, 0.2, wait)]);
     f.host.cpu_utilization = Some(0.62);
     f.host.psi_cpu_some = Some(0.12);
     f
@@ -325,6 +322,22 @@ fn a_host_short_of_cpu_is_cpu_saturated_not_gil_bound() {
         let mut f = frame(t, 0.02, vec![gil_job(t, 1.03)]);
         f.host.cpu_utilization = Some(0.97);
         f.host.psi_cpu_some = Some(0.45);
+        f
+    });
+    assert_eq!(run.kinds(), vec![Kind::InputStarved, Kind::CpuSaturated]);
+}
+
+#[test]
+fn gil_bound_threads_confined_to_a_core_they_share_are_short_of_cpu() {
+    // The job confined (cpuset, taskset) to one core that other work takes
+    // half of: its threads run half a core and wait the other half. Their
+    // waits make a core's worth, but PSI is not from handovers: the host,
+    // half idle, is short of CPU where the job may run.
+    let mut run = Run::default();
+    run.feed(0, 300, |t| {
+        let mut f = frame(t, 0.02, vec![even_gil_job(t, 0.52, 0.17, Some(0.16))]);
+        f.host.cpu_utilization = Some(0.55);
+        f.host.psi_cpu_some = Some(0.4);
         f
     });
     assert_eq!(run.kinds(), vec![Kind::InputStarved, Kind::CpuSaturated]);

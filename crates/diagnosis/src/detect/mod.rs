@@ -13,7 +13,7 @@ mod throttle;
 
 use std::cell::{Cell, RefCell};
 
-pub use refine::spread_cpu;
+pub use refine::spread_load;
 pub use throttle::THROTTLE_MASK;
 
 use crate::Kind;

@@ -31,7 +31,10 @@ fn host_saturated(ctx: &Ctx) -> (bool, Option<f64>, Option<f64>) {
 /// most of the window. Each handover wakes a thread that then waits, briefly,
 /// for the CPU the last holder is leaving: PSI cpu rises (by 0.1-0.2 on a
 /// 2-core host) while CPUs sit idle, so PSI alone does not show a host short
-/// of CPU.
+/// of CPU. Their CPU alone decides here, not their waits: threads that get
+/// nearly a core between them leave PSI to the handovers, while threads
+/// kept well under a core by waits for a CPU (a job confined to a core it
+/// shares) are short of CPU.
 fn gil_handovers(ctx: &Ctx, w: &Window) -> bool {
     let s = &ctx.config.single_thread_bound;
     w.share(|p| Some(p.spread_cpu.is_some_and(|v| v >= s.min_spread_cpu)))
@@ -108,21 +111,32 @@ fn process_cpu(job: &JobFrame, pid: u32) -> Option<f64> {
     }
 }
 
-/// CPU and waits for a CPU of the busy threads of the one process whose
-/// GIL-bound work is spread over several threads (the busiest such process),
-/// for one sample.
-pub fn spread_cpu(jobs: &[&JobFrame], max_process_cpu: f64) -> Option<f64> {
+/// What the busy threads of a GIL-bound process used, in cores.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SpreadLoad {
+    /// Their CPU together.
+    pub cpu: f64,
+    /// Their CPU and waits for a CPU together.
+    pub demand: f64,
+}
+
+/// The load of the busy threads of the one process whose GIL-bound work is
+/// spread over several threads (the busiest such process), for one sample.
+pub fn spread_load(jobs: &[&JobFrame], max_process_cpu: f64) -> Option<SpreadLoad> {
     spreads(jobs)
         .into_iter()
         .find(|s| s.gil_bound(max_process_cpu))
-        .map(|s| s.demand())
+        .map(|s| SpreadLoad {
+            cpu: s.cpu,
+            demand: s.demand(),
+        })
 }
 
 pub fn single_thread(ctx: &Ctx) -> Finding {
     let c = &ctx.config.single_thread_bound;
     let w = ctx.window(Kind::SingleThreadBound);
     let one = |p: &Point| p.top_thread_cpu.is_some_and(|v| v >= c.min_thread_cpu);
-    let spread = |p: &Point| p.spread_cpu.is_some_and(|v| v >= c.min_spread_cpu);
+    let spread = |p: &Point| p.spread_demand.is_some_and(|v| v >= c.min_spread_cpu);
     let pinned = w.share(|p| Some(one(p) || spread(p)));
     let one_share = w.share(|p| Some(one(p))).unwrap_or(0.0);
     let spread_share = w.share(|p| Some(spread(p) && !one(p))).unwrap_or(0.0);
@@ -135,7 +149,7 @@ pub fn single_thread(ctx: &Ctx) -> Finding {
     let load = latest
         .map(|p| {
             let one = p.top_thread_cpu.unwrap_or(0.0);
-            one.max(p.spread_cpu.unwrap_or(0.0))
+            one.max(p.spread_demand.unwrap_or(0.0))
         })
         .unwrap_or(0.0);
     let condition = Condition {
