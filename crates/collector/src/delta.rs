@@ -325,10 +325,24 @@ fn busy_ratio(prev: &CpuTimes, cur: &CpuTimes) -> Option<f64> {
     (total > 0.0).then(|| (busy / total).clamp(0.0, 1.0))
 }
 
+/// The share of the busy CPU time that the hypervisor took (steal): time a
+/// virtual CPU had work and did not run, counted as no task's CPU time.
+fn steal_ratio(prev: &CpuTimes, cur: &CpuTimes) -> Option<f64> {
+    let steal = counter_delta(prev.steal_seconds?, cur.steal_seconds?)?;
+    let busy = counter_delta(prev.busy_seconds, cur.busy_seconds)?;
+    let total = counter_delta(prev.total_seconds, cur.total_seconds)?;
+    if busy > 0.0 {
+        Some((steal / busy).clamp(0.0, 1.0))
+    } else {
+        // An idle interval has none; no interval at all says nothing.
+        (total > 0.0).then_some(0.0)
+    }
+}
+
 fn derive_host(prev: Option<&HostSample>, cur: &HostSample) -> HostSnapshot {
-    let cpu_utilization_ratio = prev
-        .and_then(|p| Some((p.cpu.as_ref()?, cur.cpu.as_ref()?)))
-        .and_then(|(p, c)| busy_ratio(p, c));
+    let host_cpu = prev.and_then(|p| Some((p.cpu.as_ref()?, cur.cpu.as_ref()?)));
+    let cpu_utilization_ratio = host_cpu.and_then(|(p, c)| busy_ratio(p, c));
+    let cpu_steal_ratio = host_cpu.and_then(|(p, c)| steal_ratio(p, c));
     let busiest_core_ratio = prev
         .filter(|p| p.cores.len() == cur.cores.len())
         .and_then(|p| {
@@ -341,6 +355,7 @@ fn derive_host(prev: Option<&HostSample>, cur: &HostSample) -> HostSnapshot {
     HostSnapshot {
         cpu_utilization_ratio,
         busiest_core_ratio,
+        cpu_steal_ratio,
         cpus: cur.online_cpus,
         pressure: cur.pressure,
         memory: cur.memory,

@@ -253,12 +253,15 @@ pub struct HostSample {
     pub memory: Option<HostMemory>,
 }
 
-/// Cumulative CPU time in seconds: busy (everything but idle and iowait) and
-/// total.
+/// Cumulative CPU time in seconds: busy (everything but idle and iowait),
+/// total, and the part of busy the hypervisor took (steal; `None` where the
+/// kernel does not report it).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct CpuTimes {
     pub busy_seconds: f64,
     pub total_seconds: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steal_seconds: Option<f64>,
 }
 
 /// `/proc/pressure/*` avg10 values as ratios (0-1). `None` where the kernel

@@ -393,12 +393,14 @@ fn host_cpu_ratios_come_from_deltas_and_skip_backwards_counters() {
         cpu: Some(CpuTimes {
             busy_seconds: busy,
             total_seconds: total,
+            steal_seconds: None,
         }),
         cores: cores
             .into_iter()
             .map(|(b, t)| CpuTimes {
                 busy_seconds: b,
                 total_seconds: t,
+                steal_seconds: None,
             })
             .collect(),
         online_cpus: Some(2),
@@ -419,6 +421,37 @@ fn host_cpu_ratios_come_from_deltas_and_skip_backwards_counters() {
         "busy went backwards"
     );
     assert!((snaps[2].host.busiest_core_ratio.unwrap() - 0.5).abs() < 1e-9);
+}
+
+#[test]
+fn steal_is_a_share_of_the_busy_time_where_the_kernel_reports_it() {
+    let host = |busy: f64, total: f64, steal: Option<f64>| HostSample {
+        cpu: Some(CpuTimes {
+            busy_seconds: busy,
+            total_seconds: total,
+            steal_seconds: steal,
+        }),
+        ..HostSample::default()
+    };
+    let mut a = sample(0.0, vec![]);
+    a.host = host(10.0, 100.0, Some(1.0));
+    // 1.1 s busy over the second, 0.5 s of it taken by the hypervisor: a
+    // thread pinned on a vCPU shows about half a core.
+    let mut b = sample(1.0, vec![]);
+    b.host = host(11.1, 102.0, Some(1.5));
+    let mut c = sample(2.0, vec![]);
+    c.host = host(11.1, 104.0, Some(1.5));
+    let mut d = sample(3.0, vec![]);
+    d.host = host(12.0, 106.0, None);
+    let snaps = chain(&[a, b, c, d]);
+    assert_eq!(snaps[0].host.cpu_steal_ratio, None);
+    assert!((snaps[1].host.cpu_steal_ratio.unwrap() - 0.5 / 1.1).abs() < 1e-9);
+    assert_eq!(
+        snaps[2].host.cpu_steal_ratio,
+        Some(0.0),
+        "an idle host has none"
+    );
+    assert_eq!(snaps[3].host.cpu_steal_ratio, None, "not reported");
 }
 
 #[test]

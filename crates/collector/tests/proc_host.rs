@@ -35,7 +35,10 @@ fn cpu_times_cores_and_online_cpus() {
     let cpu = host.cpu.unwrap();
     assert_close(cpu.busy_seconds, 4.30);
     assert_close(cpu.total_seconds, 24.00);
+    assert_close(cpu.steal_seconds.unwrap(), 0.10);
     assert_eq!(host.cores.len(), 2);
+    assert_close(host.cores[0].steal_seconds.unwrap(), 0.10);
+    assert_close(host.cores[1].steal_seconds.unwrap(), 0.0);
     assert_times(host.cores[0], 1.70, 12.20);
     assert_times(host.cores[1], 2.60, 11.80);
     assert_eq!(host.online_cpus, Some(2));

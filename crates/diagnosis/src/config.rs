@@ -38,6 +38,10 @@ config_struct!(
         idle_below: f64 = 0.05,
         /// Utilization at or above this makes a sample "busy".
         busy_above: f64 = 0.95,
+        /// Utilization at or above this, while the job shows output at its
+        /// usual rhythm, makes a sample count toward the busy-power baseline:
+        /// a job that runs healthy at 80% draws its working power there too.
+        baseline_above: f64 = 0.7,
         /// How many recent events are kept in memory for the API.
         events_capacity: usize = 1000,
         /// Multiplies every window, enter, exit, warm-up and hang time (1 = as written).
@@ -605,6 +609,7 @@ impl DiagnosisConfig {
         };
         ratio("idle_below", self.idle_below)?;
         ratio("busy_above", self.busy_above)?;
+        ratio("baseline_above", self.baseline_above)?;
         if !(self.time_scale > 0.0 && self.time_scale.is_finite()) {
             return Err(format!(
                 "`diagnosis.time_scale` must be greater than 0, got {}",

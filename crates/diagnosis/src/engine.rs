@@ -228,7 +228,7 @@ impl Engine {
             config.single_thread_bound.max_process_cpu,
         );
         if let (Some(util), Some(power)) = (point.utilization, point.power_watts)
-            && util >= config.busy_above
+            && util >= config.baseline_above
             && progressing
         {
             if state.busy_power.len() == BASELINE_KEPT {
@@ -570,7 +570,8 @@ fn point(
         (None, Some(_)) => Some(ActivitySignal::GpmSmActive),
         (None, None) => None,
     };
-    let spread = crate::detect::spread_load(warmed, max_process_cpu);
+    let steal = crate::steal::Steal::of(&frame.host);
+    let spread = crate::detect::spread_load(warmed, max_process_cpu, steal);
     Point {
         t,
         utilization: gpu.utilization.or(gpu.sm_active),
@@ -585,13 +586,15 @@ fn point(
         top_thread_cpu: warmed
             .iter()
             .filter_map(|j| j.top_threads.first().map(|th| th.cpu))
-            .reduce(f64::max),
+            .reduce(f64::max)
+            .map(|cpu| crate::steal::most_without(cpu, steal)),
         spread_cpu: spread.map(|s| s.cpu),
         spread_demand: spread.map(|s| s.demand),
         disk_sleep: warmed.iter().any(|j| j.threads_disk_sleep > 0),
         threads_running: warmed.iter().map(|j| j.threads_running).sum(),
         threads_total: warmed.iter().map(|j| j.threads_total).sum(),
         host_cpu: frame.host.cpu_utilization,
+        steal: frame.host.cpu_steal,
         psi_cpu: frame.host.psi_cpu_some,
         psi_io: frame.host.psi_io_some,
         power_watts: gpu.power_watts,

@@ -33,11 +33,11 @@ fn base_hint(kind: Kind, evidence: &Evidence) -> String {
                     )
                 })
                 .unwrap_or_default();
+            let stolen = steal_note(evidence, g.cpu_cores, Unit::Cores);
             format!(
                 "The input pipeline is bound by the GIL: Python work spread over {} threads of \
-                 pid {} (tids {}) uses {:.2} cores together{process}{waiting} while the GPU \
-                 waits. The \
-                 threads take turns holding the GIL, so together they get about one core however \
+                 pid {} (tids {}) uses {:.2} cores together{stolen}{process}{waiting} while the \
+                 GPU waits. The threads take turns holding the GIL, so together they get about one core however \
                  many there are (tf.data runs py_function on its pool threads). Vectorize the map \
                  function with tf ops / numpy, or move the Python work (PIL, cv2, py_function) to \
                  worker processes (DataLoader num_workers, multiprocessing), not more threads.",
@@ -49,7 +49,15 @@ fn base_hint(kind: Kind, evidence: &Evidence) -> String {
         }
         Kind::SingleThreadBound => {
             let who = top
-                .map(|t| format!("thread `{}` (tid {}) is pinned at {:.0}% of a core", t.name, t.tid, t.cpu_ratio * 100.0))
+                .map(|t| {
+                    let stolen = steal_note(evidence, t.cpu_ratio, Unit::ShareOfCore);
+                    format!(
+                        "thread `{}` (tid {}) is pinned at {:.0}% of a core{stolen}",
+                        t.name,
+                        t.tid,
+                        t.cpu_ratio * 100.0
+                    )
+                })
                 .unwrap_or_else(|| "one thread is pinned at a full core".to_owned());
             format!(
                 "The input pipeline is bound by one thread: {who} while the GPU waits. Blocking or \
@@ -151,6 +159,35 @@ fn base_hint(kind: Kind, evidence: &Evidence) -> String {
 
 /// What the fault was, in a sentence: the Xid with its meaning and the
 /// process the driver blamed, a failed remapping, the driver's recovery action.
+enum Unit {
+    Cores,
+    ShareOfCore,
+}
+
+/// On a virtual machine whose hypervisor takes a noticeable share of the
+/// CPU time (steal), the most `cores` would read without it.
+fn steal_note(evidence: &Evidence, cores: f64, unit: Unit) -> String {
+    let Some(s) = evidence.cpu_steal_ratio else {
+        return String::new();
+    };
+    let without = crate::steal::most_without(
+        cores,
+        Some(crate::steal::Steal {
+            of_busy: s,
+            of_all: 0.0,
+        }),
+    );
+    let without = match unit {
+        Unit::Cores => format!("{without:.2} cores"),
+        Unit::ShareOfCore => format!("{:.0}%", without * 100.0),
+    };
+    format!(
+        " (up to {without} without steal: the hypervisor took {:.0}% of this host's busy CPU time, \
+         which no thread is charged for)",
+        s * 100.0
+    )
+}
+
 pub fn fault_summary(f: &FaultEvidence) -> String {
     let mut parts = Vec::new();
     if let Some(x) = &f.xid {

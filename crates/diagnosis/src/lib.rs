@@ -15,6 +15,7 @@ mod processes;
 mod report;
 pub mod stacks;
 pub mod status;
+pub mod steal;
 mod tracking;
 pub mod window;
 

@@ -35,10 +35,12 @@ pub struct Point {
     pub has_job: bool,
     /// CPU used by the GPU's jobs, in cores.
     pub job_cpu: Option<f64>,
-    /// Share of one core used by the busiest job thread.
+    /// Share of one core used by the busiest job thread, scaled up by what
+    /// the hypervisor took (`steal::most_without`).
     pub top_thread_cpu: Option<f64>,
-    /// CPU (cores) of the busy threads of one process together, where work
-    /// spreads over several threads and the process stays under the GIL cap.
+    /// CPU (cores, scaled up by what the hypervisor took) of the busy
+    /// threads of one process together, where work spreads over several threads and
+    /// the process stays under the GIL cap.
     pub spread_cpu: Option<f64>,
     /// The same threads' CPU and waits for a CPU together (their CPU alone
     /// where a wait is unknown).
@@ -49,6 +51,8 @@ pub struct Point {
     pub threads_running: u32,
     pub threads_total: u32,
     pub host_cpu: Option<f64>,
+    /// The share of the host's busy CPU time the hypervisor took (steal).
+    pub steal: Option<f64>,
     pub psi_cpu: Option<f64>,
     pub psi_io: Option<f64>,
     pub power_watts: Option<f64>,

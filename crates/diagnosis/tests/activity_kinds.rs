@@ -124,6 +124,39 @@ fn without_gpm_spinning_falls_back_to_power_against_the_baseline() {
 }
 
 #[test]
+fn without_gpm_a_job_that_ran_healthy_under_busy_above_still_has_a_baseline() {
+    // Healthy at 72-89% (as `busy_hung` ran once on a loaded host), never at
+    // `busy_above`: its working power is still the baseline.
+    let mut run = Run::default();
+    run.feed(0, 600, |t| {
+        let util = [0.72, 0.8, 0.89][(t as usize) % 3];
+        frame(t, util, vec![logging_until(100, t, 600.0)])
+    });
+    run.feed(600, 800, |t| {
+        let mut f = frame(t, 1.0, vec![logging_until(100, t, 600.0)]);
+        f.gpus[0].power_watts = Some(115.0);
+        f
+    });
+    let starts = run.starts(Kind::Spinning);
+    assert_eq!(starts.len(), 1, "{:?}", run.kinds());
+    let ev = &run.first(Kind::Spinning).evidence;
+    assert_eq!(ev.power_baseline_watts, Some(500.0));
+
+    // Healthy at 60%: under `baseline_above`, no baseline is learned, and
+    // without GPM spinning stays silent (busy_no_progress still fires later).
+    let mut run = Run::default();
+    run.feed(0, 600, |t| {
+        frame(t, 0.6, vec![logging_until(100, t, 600.0)])
+    });
+    run.feed(600, 800, |t| {
+        let mut f = frame(t, 1.0, vec![logging_until(100, t, 600.0)]);
+        f.gpus[0].power_watts = Some(115.0);
+        f
+    });
+    assert!(run.starts(Kind::Spinning).is_empty(), "{:?}", run.kinds());
+}
+
+#[test]
 fn without_gpm_or_a_baseline_spinning_stays_silent() {
     // Low power from the first sample: no baseline was ever learned.
     let mut run = Run::default();

@@ -262,6 +262,103 @@ fn gil_bound_threads_kept_waiting_for_a_cpu_on_a_busy_host_are_still_gil_bound()
     assert_eq!(run.kinds(), vec![Kind::InputStarved]);
 }
 
+/// `frame` on a virtual machine whose hypervisor took `steal` of the busy
+/// CPU time.
+fn stolen(mut f: Frame, steal: f64) -> Frame {
+    f.host.cpu_steal = Some(steal);
+    f.host.cpu_utilization = Some(0.75);
+    f
+}
+
+#[test]
+fn gil_bound_threads_on_a_vm_whose_hypervisor_steals_half_the_time_are_still_gil_bound() {
+    // As measured on a cloud VM at 45-49% steal: GIL-bound threads get
+    // about half a core between them, none of it waiting in a run queue.
+    let mut run = Run::default();
+    run.feed(0, 300, |t| {
+        stolen(
+            frame(t, 0.02, vec![even_gil_job(t, 0.56, 0.18, Some(0.01))]),
+            0.45,
+        )
+    });
+    assert_eq!(
+        run.kinds(),
+        vec![Kind::InputStarved, Kind::SingleThreadBound]
+    );
+    let single = run.first(Kind::SingleThreadBound);
+    assert_eq!(single.evidence.cpu_steal_ratio, Some(0.45));
+    let spread = single
+        .evidence
+        .gil_spread
+        .as_ref()
+        .expect("spread evidence");
+    assert!((spread.cpu_cores - 0.54).abs() < 1e-9, "{spread:?}");
+    assert!(
+        single.hint.contains(
+            "uses 0.54 cores together (up to 0.98 cores without steal: the hypervisor took 45% of \
+             this host's busy CPU time, which no thread is charged for)"
+        ),
+        "{}",
+        single.hint
+    );
+
+    // The same figures on bare metal: half a core is not a core's worth.
+    let mut run = Run::default();
+    run.feed(0, 300, |t| {
+        stolen(
+            frame(t, 0.02, vec![even_gil_job(t, 0.56, 0.18, Some(0.01))]),
+            0.0,
+        )
+    });
+    assert_eq!(run.kinds(), vec![Kind::InputStarved]);
+
+    // Some steal does not lift a trickle to a core: 0.45 cores at 20%.
+    let mut run = Run::default();
+    run.feed(0, 300, |t| {
+        stolen(frame(t, 0.02, vec![even_gil_job(t, 0.47, 0.15, None)]), 0.2)
+    });
+    assert_eq!(run.kinds(), vec![Kind::InputStarved]);
+}
+
+#[test]
+fn a_thread_pinned_on_a_vm_reads_low_by_what_the_hypervisor_took() {
+    let mut run = Run::default();
+    run.feed(0, 300, |t| {
+        stolen(frame(t, 0.02, vec![job(100, 0.55, 0.52)]), 0.45)
+    });
+    assert_eq!(
+        run.kinds(),
+        vec![Kind::InputStarved, Kind::SingleThreadBound]
+    );
+    let single = run.first(Kind::SingleThreadBound);
+    assert!(
+        single
+            .hint
+            .contains("is pinned at 52% of a core (up to 95% without steal"),
+        "{}",
+        single.hint
+    );
+    let mut run = Run::default();
+    run.feed(0, 300, |t| {
+        stolen(frame(t, 0.02, vec![job(100, 0.55, 0.52)]), 0.0)
+    });
+    assert_eq!(run.kinds(), vec![Kind::InputStarved]);
+}
+
+#[test]
+fn native_threads_on_a_vm_using_two_cores_without_steal_are_not_gil_bound() {
+    // Three threads decoding outside the GIL at 0.37 each: 1.1 cores read,
+    // under the GIL cap, but 2 cores without the 45% steal.
+    let mut run = Run::default();
+    run.feed(0, 300, |t| {
+        stolen(
+            frame(t, 0.02, vec![even_gil_job(t, 1.15, 0.37, None)]),
+            0.45,
+        )
+    });
+    assert_eq!(run.kinds(), vec![Kind::InputStarved]);
+}
+
 #[test]
 fn one_pinned_thread_carries_no_spread_evidence() {
     let mut run = Run::default();

@@ -177,6 +177,7 @@ fn sample(tf: f64) -> Sample {
     let cpu = |busy: f64| CpuTimes {
         busy_seconds: busy + tf * 0.5,
         total_seconds: 2.0 * busy + tf,
+        steal_seconds: Some(0.0),
     };
     Sample {
         timestamp_seconds: 1_700_000_000.0 + tf,

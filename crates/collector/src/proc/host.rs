@@ -63,6 +63,7 @@ fn cpu_times(reader: &ProcReader, t: &CpuTime) -> CpuTimes {
     CpuTimes {
         busy_seconds: reader.ticks_to_seconds(busy),
         total_seconds: reader.ticks_to_seconds(total),
+        steal_seconds: t.steal.map(|s| reader.ticks_to_seconds(s)),
     }
 }
 

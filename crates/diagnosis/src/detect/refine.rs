@@ -7,6 +7,7 @@ use crate::Kind;
 use crate::evidence::{GilSpread, ThreadEvidence, round, round_opt};
 use crate::frame::{JobFrame, ThreadFrame};
 use crate::hysteresis::Condition;
+use crate::steal::{Steal, least_without, most_without};
 use crate::window::{Point, Window};
 
 /// Whether the host is short of CPU over the cpu_saturated window. Where the
@@ -60,17 +61,24 @@ struct Spread<'a> {
 impl Spread<'_> {
     /// Two or more busy threads in a process that stays under the GIL cap:
     /// their CPU together is what one Python thread pinned would show.
-    fn gil_bound(&self, max_process_cpu: f64) -> bool {
-        self.threads.len() >= 2 && self.process_cpu.is_some_and(|p| p < max_process_cpu)
+    /// On a virtual machine the process's CPU is scaled up by the least
+    /// the hypervisor can have taken from it.
+    fn gil_bound(&self, max_process_cpu: f64, steal: Option<Steal>) -> bool {
+        self.threads.len() >= 2
+            && self
+                .process_cpu
+                .is_some_and(|p| least_without(p, steal) < max_process_cpu)
     }
 
-    /// What the threads would have used, in cores: their CPU and their waits
-    /// for a CPU. A GIL handed over on a busy host sits unused while the
-    /// thread given it waits in a run queue: on 2 cores with a third of one
-    /// taken by other work, three GIL-bound threads ran 0.58 cores together
-    /// and waited 0.34 (see docs/diagnosis.md).
-    fn demand(&self) -> f64 {
-        self.cpu + self.wait.unwrap_or(0.0)
+    /// What the threads would have used, in cores: their CPU (scaled up by
+    /// what the hypervisor took, where it took some) and their waits for a
+    /// CPU. A GIL handed over on a
+    /// busy host sits unused while the thread given it waits in a run queue:
+    /// on 2 cores with a third of one taken by other work, three GIL-bound
+    /// threads ran 0.58 cores together and waited 0.34 (see
+    /// docs/diagnosis.md).
+    fn demand(&self, steal: Option<Steal>) -> f64 {
+        most_without(self.cpu, steal) + self.wait.unwrap_or(0.0)
     }
 }
 
@@ -114,21 +122,26 @@ fn process_cpu(job: &JobFrame, pid: u32) -> Option<f64> {
 /// What the busy threads of a GIL-bound process used, in cores.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SpreadLoad {
-    /// Their CPU together.
+    /// Their CPU together, scaled up by what the hypervisor took.
     pub cpu: f64,
-    /// Their CPU and waits for a CPU together.
+    /// That and their waits for a CPU together.
     pub demand: f64,
 }
 
 /// The load of the busy threads of the one process whose GIL-bound work is
-/// spread over several threads (the busiest such process), for one sample.
-pub fn spread_load(jobs: &[&JobFrame], max_process_cpu: f64) -> Option<SpreadLoad> {
+/// spread over several threads (the busiest such process), for one sample
+/// on a host whose hypervisor took `steal` of the busy CPU time.
+pub fn spread_load(
+    jobs: &[&JobFrame],
+    max_process_cpu: f64,
+    steal: Option<Steal>,
+) -> Option<SpreadLoad> {
     spreads(jobs)
         .into_iter()
-        .find(|s| s.gil_bound(max_process_cpu))
+        .find(|s| s.gil_bound(max_process_cpu, steal))
         .map(|s| SpreadLoad {
-            cpu: s.cpu,
-            demand: s.demand(),
+            cpu: most_without(s.cpu, steal),
+            demand: s.demand(steal),
         })
 }
 
@@ -162,6 +175,8 @@ pub fn single_thread(ctx: &Ctx) -> Finding {
         evidence.host_cpu_ratio = round_opt(host);
         evidence.psi_cpu_some = round_opt(psi);
         evidence.host_cpus = ctx.host.cpus;
+        evidence.cpu_steal_ratio =
+            round_opt(w.mean(|p| p.steal).filter(|s| *s >= NOTICEABLE_STEAL));
         if spread_share > one_share {
             evidence.gil_spread = gil_spread(ctx, c.max_process_cpu);
         }
@@ -169,11 +184,15 @@ pub fn single_thread(ctx: &Ctx) -> Finding {
     })
 }
 
+/// Steal from this share of the busy CPU time up is shown in the evidence.
+const NOTICEABLE_STEAL: f64 = 0.05;
+
 /// The spread to show now: the GIL-bound process with the most busy-thread
 /// CPU, else the process with the most.
 fn gil_spread(ctx: &Ctx, max_process_cpu: f64) -> Option<GilSpread> {
     let all = spreads(&ctx.jobs);
-    let best = match all.iter().position(|s| s.gil_bound(max_process_cpu)) {
+    let steal = Steal::of(ctx.host);
+    let best = match all.iter().position(|s| s.gil_bound(max_process_cpu, steal)) {
         Some(i) => &all[i],
         None => all.first()?,
     };

@@ -68,6 +68,7 @@ pub fn host() -> HostFrame {
     HostFrame {
         cpu_utilization: Some(0.5),
         busiest_core: Some(1.0),
+        cpu_steal: Some(0.0),
         cpus: Some(2),
         psi_cpu_some: Some(0.02),
         psi_io_some: Some(0.0),

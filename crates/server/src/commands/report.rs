@@ -88,6 +88,12 @@ pub fn describe(e: &Evidence) -> Vec<String> {
             .unwrap_or_default();
         out.push(format!("host CPU busy {}{cpus}", pct(host)));
     }
+    if let Some(steal) = e.cpu_steal_ratio {
+        out.push(format!(
+            "the hypervisor took {} of the busy CPU time (steal): thread CPU reads that much low",
+            pct(steal)
+        ));
+    }
     if let Some(d) = e.disk_sleep_share.filter(|d| *d > 0.0) {
         out.push(format!(
             "a job thread waited on storage (D state) in {} of samples",
@@ -285,7 +291,7 @@ mod tests {
         spread.wait_cores = Some(0.34);
         spread.process_cpu_cores = Some(0.6);
         let e = Evidence {
-            gil_spread: Some(spread),
+            gil_spread: Some(spread.clone()),
             ..Evidence::default()
         };
         assert!(
@@ -295,6 +301,16 @@ mod tests {
             ),
             "{:?}",
             describe(&e)
+        );
+        // On a virtual machine the hypervisor's steal is said.
+        let e = Evidence {
+            gil_spread: Some(spread),
+            cpu_steal_ratio: Some(0.45),
+            ..Evidence::default()
+        };
+        assert_eq!(
+            describe(&e)[1],
+            "the hypervisor took 45% of the busy CPU time (steal): thread CPU reads that much low"
         );
     }
 }

@@ -27,6 +27,13 @@ pub fn encode(e: &mut DescriptorEncoder, h: &HostSnapshot) -> Result<(), std::fm
     )?;
     gauge(
         e,
+        "stallwatch_host_cpu_steal",
+        "Share of the busy CPU time the hypervisor took (steal) over the last interval: time no thread is charged for.",
+        Some(&ratio()),
+        one(h.cpu_steal_ratio),
+    )?;
+    gauge(
+        e,
         "stallwatch_host_cpus",
         "Online CPUs.",
         None,

@@ -20,6 +20,7 @@ pub fn from_snapshot(s: &Snapshot) -> Frame {
         host: HostFrame {
             cpu_utilization: s.host.cpu_utilization_ratio,
             busiest_core: s.host.busiest_core_ratio,
+            cpu_steal: s.host.cpu_steal_ratio,
             cpus: s.host.cpus,
             psi_cpu_some: s.host.pressure.cpu_some,
             psi_io_some: s.host.pressure.io_some,
