@@ -325,18 +325,13 @@ fn busy_ratio(prev: &CpuTimes, cur: &CpuTimes) -> Option<f64> {
     (total > 0.0).then(|| (busy / total).clamp(0.0, 1.0))
 }
 
-/// The share of the busy CPU time that the hypervisor took (steal): time a
-/// virtual CPU had work and did not run, counted as no task's CPU time.
+/// The share of all CPU time (idle included) that the hypervisor took
+/// (steal): time a virtual CPU had work and did not run, counted as no
+/// task's CPU time. Of the same total as the busy ratio, which includes it.
 fn steal_ratio(prev: &CpuTimes, cur: &CpuTimes) -> Option<f64> {
     let steal = counter_delta(prev.steal_seconds?, cur.steal_seconds?)?;
-    let busy = counter_delta(prev.busy_seconds, cur.busy_seconds)?;
     let total = counter_delta(prev.total_seconds, cur.total_seconds)?;
-    if busy > 0.0 {
-        Some((steal / busy).clamp(0.0, 1.0))
-    } else {
-        // An idle interval has none; no interval at all says nothing.
-        (total > 0.0).then_some(0.0)
-    }
+    (total > 0.0).then(|| (steal / total).clamp(0.0, 1.0))
 }
 
 fn derive_host(prev: Option<&HostSample>, cur: &HostSample) -> HostSnapshot {

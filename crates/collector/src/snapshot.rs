@@ -263,8 +263,9 @@ pub struct ProcessUsage {
 pub struct HostSnapshot {
     pub cpu_utilization_ratio: Option<f64>,
     pub busiest_core_ratio: Option<f64>,
-    /// The share of the busy CPU time the hypervisor took (steal); 0 on
-    /// bare metal, `None` where the kernel does not report it.
+    /// The share of all CPU time the hypervisor took (steal; part of
+    /// `cpu_utilization_ratio`); 0 on bare metal, `None` where the kernel
+    /// does not report it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_steal_ratio: Option<f64>,
     pub cpus: Option<u32>,

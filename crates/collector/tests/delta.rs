@@ -424,7 +424,7 @@ fn host_cpu_ratios_come_from_deltas_and_skip_backwards_counters() {
 }
 
 #[test]
-fn steal_is_a_share_of_the_busy_time_where_the_kernel_reports_it() {
+fn steal_is_a_share_of_all_cpu_time_where_the_kernel_reports_it() {
     let host = |busy: f64, total: f64, steal: Option<f64>| HostSample {
         cpu: Some(CpuTimes {
             busy_seconds: busy,
@@ -435,8 +435,8 @@ fn steal_is_a_share_of_the_busy_time_where_the_kernel_reports_it() {
     };
     let mut a = sample(0.0, vec![]);
     a.host = host(10.0, 100.0, Some(1.0));
-    // 1.1 s busy over the second, 0.5 s of it taken by the hypervisor: a
-    // thread pinned on a vCPU shows about half a core.
+    // 2 s of CPU time over the second, 1.1 s busy, 0.5 s of it taken by
+    // the hypervisor.
     let mut b = sample(1.0, vec![]);
     b.host = host(11.1, 102.0, Some(1.5));
     let mut c = sample(2.0, vec![]);
@@ -445,7 +445,8 @@ fn steal_is_a_share_of_the_busy_time_where_the_kernel_reports_it() {
     d.host = host(12.0, 106.0, None);
     let snaps = chain(&[a, b, c, d]);
     assert_eq!(snaps[0].host.cpu_steal_ratio, None);
-    assert!((snaps[1].host.cpu_steal_ratio.unwrap() - 0.5 / 1.1).abs() < 1e-9);
+    assert!((snaps[1].host.cpu_steal_ratio.unwrap() - 0.25).abs() < 1e-9);
+    assert!((snaps[1].host.cpu_utilization_ratio.unwrap() - 0.55).abs() < 1e-9);
     assert_eq!(
         snaps[2].host.cpu_steal_ratio,
         Some(0.0),

@@ -570,7 +570,7 @@ fn point(
         (None, Some(_)) => Some(ActivitySignal::GpmSmActive),
         (None, None) => None,
     };
-    let steal = crate::steal::Steal::of(&frame.host);
+    let steal = frame.host.cpu_steal;
     let spread = crate::detect::spread_load(warmed, max_process_cpu, steal);
     Point {
         t,
@@ -587,14 +587,14 @@ fn point(
             .iter()
             .filter_map(|j| j.top_threads.first().map(|th| th.cpu))
             .reduce(f64::max)
-            .map(|cpu| crate::steal::most_without(cpu, steal)),
+            .map(|cpu| crate::steal::without_steal(cpu, steal)),
         spread_cpu: spread.map(|s| s.cpu),
         spread_demand: spread.map(|s| s.demand),
         disk_sleep: warmed.iter().any(|j| j.threads_disk_sleep > 0),
         threads_running: warmed.iter().map(|j| j.threads_running).sum(),
         threads_total: warmed.iter().map(|j| j.threads_total).sum(),
         host_cpu: frame.host.cpu_utilization,
-        steal: frame.host.cpu_steal,
+        steal,
         psi_cpu: frame.host.psi_cpu_some,
         psi_io: frame.host.psi_io_some,
         power_watts: gpu.power_watts,

@@ -55,8 +55,8 @@ pub struct Evidence {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_cpu_ratio: Option<f64>,
     /// single_thread_bound on a virtual machine: the mean share of the
-    /// host's busy CPU time the hypervisor took over the window (from 0.05;
-    /// thread figures read that much low, and the rule scales them back).
+    /// host's CPU time the hypervisor took over the window (from 0.05;
+    /// thread figures read low by it, and the rule scales them back up).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_steal_ratio: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

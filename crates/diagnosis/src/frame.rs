@@ -173,7 +173,7 @@ pub struct HostFrame {
     pub cpu_utilization: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub busiest_core: Option<f64>,
-    /// The share of the busy CPU time the hypervisor took (steal).
+    /// The share of all CPU time the hypervisor took (steal).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_steal: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -165,24 +165,18 @@ enum Unit {
 }
 
 /// On a virtual machine whose hypervisor takes a noticeable share of the
-/// CPU time (steal), the most `cores` would read without it.
+/// CPU time (steal), what `cores` would read without it.
 fn steal_note(evidence: &Evidence, cores: f64, unit: Unit) -> String {
     let Some(s) = evidence.cpu_steal_ratio else {
         return String::new();
     };
-    let without = crate::steal::most_without(
-        cores,
-        Some(crate::steal::Steal {
-            of_busy: s,
-            of_all: 0.0,
-        }),
-    );
+    let without = crate::steal::without_steal(cores, Some(s));
     let without = match unit {
         Unit::Cores => format!("{without:.2} cores"),
         Unit::ShareOfCore => format!("{:.0}%", without * 100.0),
     };
     format!(
-        " (up to {without} without steal: the hypervisor took {:.0}% of this host's busy CPU time, \
+        " ({without} without steal: the hypervisor took {:.0}% of this host's CPU time, \
          which no thread is charged for)",
         s * 100.0
     )

@@ -1,57 +1,29 @@
 //! Steal: time a hypervisor takes from a virtual machine's CPUs while they
 //! have work, charged to no task. A thread that never leaves its virtual CPU
-//! reads half a core when half of that CPU's busy time is stolen (measured
-//! on a cloud VM: two tf.data `py_function` threads, one of them always
-//! runnable, 0.54 cores together at 49% steal), so rules that compare thread
-//! CPU with a core scale it back up.
-
-use crate::frame::HostFrame;
+//! reads half a core when half of that CPU's time is stolen (measured on a
+//! cloud VM: two tf.data `py_function` threads, one of them always runnable,
+//! 0.54 cores together), so rules that compare thread CPU with a core scale
+//! it back up.
 
 /// The most of the CPU time taken as stolen when scaling CPU back up (a
 /// factor of 4 at most), so that an odd reading cannot turn a trickle into
 /// a pinned core.
 const MAX_STEAL: f64 = 0.75;
 
-/// What the hypervisor took over one interval, two ways.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Steal {
-    /// Share of the busy CPU time. Exact for a thread that keeps to one
-    /// virtual CPU; more than a thread lost where work hops between CPUs,
-    /// since every CPU it wakes can be stolen from too (three GIL-bound
-    /// threads: 0.55 cores at 58% of busy time, 1.31 scaled by it).
-    pub of_busy: f64,
-    /// Share of all CPU time, idle included: less than a thread on one
-    /// stolen-from CPU lost while the others idle (the same threads: 0.93).
-    pub of_all: f64,
-}
-
-impl Steal {
-    /// From the host's figures; `None` where the kernel does not report it.
-    pub fn of(host: &HostFrame) -> Option<Steal> {
-        let of_busy = host.cpu_steal?;
-        Some(Steal {
-            of_busy,
-            of_all: host.cpu_utilization.map_or(0.0, |u| of_busy * u),
-        })
+/// `cores` of CPU scaled back up by `steal`, the share of all the host's CPU
+/// time the hypervisor took over the same interval (idle time included).
+///
+/// That share is the least a thread can have lost: steal falls mostly on
+/// the CPUs that have work, so a thread on one of them lost at least the
+/// average. The share of the busy time alone scales up too far where work
+/// hops between CPUs: each CPU a handover wakes can be stolen from while the
+/// work waits on another, and a serial tf.data map of 0.6 cores read as a
+/// full core that way. Too little is the safer error: a missed refinement
+/// leaves the parent finding, a false one sends the user to the wrong fix.
+/// On a large VM with few busy CPUs the share is small and little changes.
+pub fn without_steal(cores: f64, steal: Option<f64>) -> f64 {
+    match steal {
+        Some(s) if s > 0.0 => cores / (1.0 - s.min(MAX_STEAL)),
+        _ => cores,
     }
-}
-
-fn scaled(cores: f64, share: f64) -> f64 {
-    if share > 0.0 {
-        cores / (1.0 - share.min(MAX_STEAL))
-    } else {
-        cores
-    }
-}
-
-/// The most `cores` of CPU can stand for without steal: for a rule that asks
-/// whether threads would fill a core.
-pub fn most_without(cores: f64, steal: Option<Steal>) -> f64 {
-    steal.map_or(cores, |s| scaled(cores, s.of_busy))
-}
-
-/// The least `cores` of CPU stands for without steal: for a rule that asks
-/// whether a process stays under a cap.
-pub fn least_without(cores: f64, steal: Option<Steal>) -> f64 {
-    steal.map_or(cores, |s| scaled(cores, s.of_all))
 }

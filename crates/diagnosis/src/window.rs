@@ -36,7 +36,7 @@ pub struct Point {
     /// CPU used by the GPU's jobs, in cores.
     pub job_cpu: Option<f64>,
     /// Share of one core used by the busiest job thread, scaled up by what
-    /// the hypervisor took (`steal::most_without`).
+    /// the hypervisor took (`steal::without_steal`).
     pub top_thread_cpu: Option<f64>,
     /// CPU (cores, scaled up by what the hypervisor took) of the busy
     /// threads of one process together, where work spreads over several threads and
@@ -51,7 +51,7 @@ pub struct Point {
     pub threads_running: u32,
     pub threads_total: u32,
     pub host_cpu: Option<f64>,
-    /// The share of the host's busy CPU time the hypervisor took (steal).
+    /// The share of the host's CPU time the hypervisor took (steal).
     pub steal: Option<f64>,
     pub psi_cpu: Option<f64>,
     pub psi_io: Option<f64>,

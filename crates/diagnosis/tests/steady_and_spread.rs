@@ -262,11 +262,10 @@ fn gil_bound_threads_kept_waiting_for_a_cpu_on_a_busy_host_are_still_gil_bound()
     assert_eq!(run.kinds(), vec![Kind::InputStarved]);
 }
 
-/// `frame` on a virtual machine whose hypervisor took `steal` of the busy
-/// CPU time.
+/// `frame` on a virtual machine whose hypervisor took `steal` of all CPU
+/// time.
 fn stolen(mut f: Frame, steal: f64) -> Frame {
     f.host.cpu_steal = Some(steal);
-    f.host.cpu_utilization = Some(0.75);
     f
 }
 
@@ -295,8 +294,8 @@ fn gil_bound_threads_on_a_vm_whose_hypervisor_steals_half_the_time_are_still_gil
     assert!((spread.cpu_cores - 0.54).abs() < 1e-9, "{spread:?}");
     assert!(
         single.hint.contains(
-            "uses 0.54 cores together (up to 0.98 cores without steal: the hypervisor took 45% of \
-             this host's busy CPU time, which no thread is charged for)"
+            "uses 0.54 cores together (0.98 cores without steal: the hypervisor took 45% of \
+             this host's CPU time, which no thread is charged for)"
         ),
         "{}",
         single.hint
@@ -334,7 +333,7 @@ fn a_thread_pinned_on_a_vm_reads_low_by_what_the_hypervisor_took() {
     assert!(
         single
             .hint
-            .contains("is pinned at 52% of a core (up to 95% without steal"),
+            .contains("is pinned at 52% of a core (95% without steal"),
         "{}",
         single.hint
     );

@@ -7,7 +7,7 @@ use crate::Kind;
 use crate::evidence::{GilSpread, ThreadEvidence, round, round_opt};
 use crate::frame::{JobFrame, ThreadFrame};
 use crate::hysteresis::Condition;
-use crate::steal::{Steal, least_without, most_without};
+use crate::steal::without_steal;
 use crate::window::{Point, Window};
 
 /// Whether the host is short of CPU over the cpu_saturated window. Where the
@@ -61,13 +61,13 @@ struct Spread<'a> {
 impl Spread<'_> {
     /// Two or more busy threads in a process that stays under the GIL cap:
     /// their CPU together is what one Python thread pinned would show.
-    /// On a virtual machine the process's CPU is scaled up by the least
-    /// the hypervisor can have taken from it.
-    fn gil_bound(&self, max_process_cpu: f64, steal: Option<Steal>) -> bool {
+    /// On a virtual machine the process's CPU is scaled up by what the
+    /// hypervisor took, as the threads' is.
+    fn gil_bound(&self, max_process_cpu: f64, steal: Option<f64>) -> bool {
         self.threads.len() >= 2
             && self
                 .process_cpu
-                .is_some_and(|p| least_without(p, steal) < max_process_cpu)
+                .is_some_and(|p| without_steal(p, steal) < max_process_cpu)
     }
 
     /// What the threads would have used, in cores: their CPU (scaled up by
@@ -77,8 +77,8 @@ impl Spread<'_> {
     /// on 2 cores with a third of one taken by other work, three GIL-bound
     /// threads ran 0.58 cores together and waited 0.34 (see
     /// docs/diagnosis.md).
-    fn demand(&self, steal: Option<Steal>) -> f64 {
-        most_without(self.cpu, steal) + self.wait.unwrap_or(0.0)
+    fn demand(&self, steal: Option<f64>) -> f64 {
+        without_steal(self.cpu, steal) + self.wait.unwrap_or(0.0)
     }
 }
 
@@ -130,17 +130,17 @@ pub struct SpreadLoad {
 
 /// The load of the busy threads of the one process whose GIL-bound work is
 /// spread over several threads (the busiest such process), for one sample
-/// on a host whose hypervisor took `steal` of the busy CPU time.
+/// on a host whose hypervisor took `steal` of all CPU time.
 pub fn spread_load(
     jobs: &[&JobFrame],
     max_process_cpu: f64,
-    steal: Option<Steal>,
+    steal: Option<f64>,
 ) -> Option<SpreadLoad> {
     spreads(jobs)
         .into_iter()
         .find(|s| s.gil_bound(max_process_cpu, steal))
         .map(|s| SpreadLoad {
-            cpu: most_without(s.cpu, steal),
+            cpu: without_steal(s.cpu, steal),
             demand: s.demand(steal),
         })
 }
@@ -184,14 +184,14 @@ pub fn single_thread(ctx: &Ctx) -> Finding {
     })
 }
 
-/// Steal from this share of the busy CPU time up is shown in the evidence.
+/// Steal from this share of the CPU time up is shown in the evidence.
 const NOTICEABLE_STEAL: f64 = 0.05;
 
 /// The spread to show now: the GIL-bound process with the most busy-thread
 /// CPU, else the process with the most.
 fn gil_spread(ctx: &Ctx, max_process_cpu: f64) -> Option<GilSpread> {
     let all = spreads(&ctx.jobs);
-    let steal = Steal::of(ctx.host);
+    let steal = ctx.host.cpu_steal;
     let best = match all.iter().position(|s| s.gil_bound(max_process_cpu, steal)) {
         Some(i) => &all[i],
         None => all.first()?,

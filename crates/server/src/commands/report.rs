@@ -90,7 +90,7 @@ pub fn describe(e: &Evidence) -> Vec<String> {
     }
     if let Some(steal) = e.cpu_steal_ratio {
         out.push(format!(
-            "the hypervisor took {} of the busy CPU time (steal): thread CPU reads that much low",
+            "the hypervisor took {} of the host's CPU time (steal): thread CPU reads low by it",
             pct(steal)
         ));
     }
@@ -310,7 +310,7 @@ mod tests {
         };
         assert_eq!(
             describe(&e)[1],
-            "the hypervisor took 45% of the busy CPU time (steal): thread CPU reads that much low"
+            "the hypervisor took 45% of the host's CPU time (steal): thread CPU reads low by it"
         );
     }
 }

@@ -28,7 +28,7 @@ pub fn encode(e: &mut DescriptorEncoder, h: &HostSnapshot) -> Result<(), std::fm
     gauge(
         e,
         "stallwatch_host_cpu_steal",
-        "Share of the busy CPU time the hypervisor took (steal) over the last interval: time no thread is charged for.",
+        "Share of all CPU time the hypervisor took (steal) over the last interval: time a CPU had work and did not run, charged to no thread.",
         Some(&ratio()),
         one(h.cpu_steal_ratio),
     )?;
