@@ -157,8 +157,6 @@ fn base_hint(kind: Kind, evidence: &Evidence) -> String {
     }
 }
 
-/// What the fault was, in a sentence: the Xid with its meaning and the
-/// process the driver blamed, a failed remapping, the driver's recovery action.
 enum Unit {
     Cores,
     ShareOfCore,
@@ -182,6 +180,8 @@ fn steal_note(evidence: &Evidence, cores: f64, unit: Unit) -> String {
     )
 }
 
+/// What the fault was, in a sentence: the Xid with its meaning and the
+/// process the driver blamed, a failed remapping, the driver's recovery action.
 pub fn fault_summary(f: &FaultEvidence) -> String {
     let mut parts = Vec::new();
     if let Some(x) = &f.xid {

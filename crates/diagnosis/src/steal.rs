@@ -1,9 +1,10 @@
 //! Steal: time a hypervisor takes from a virtual machine's CPUs while they
 //! have work, charged to no task. A thread that never leaves its virtual CPU
-//! reads half a core when half of that CPU's time is stolen (measured on a
-//! cloud VM: two tf.data `py_function` threads, one of them always runnable,
-//! 0.54 cores together), so rules that compare thread CPU with a core scale
-//! it back up.
+//! reads half a core when half of that CPU's time is stolen (in the frames of
+//! tests/workloads/recorded/tfdata_starved_steal.jsonl, the stall's two
+//! `py_function` threads run 0.53 cores together where a third of the CPU
+//! time is stolen, 0.90 where under a tenth is), so rules that compare
+//! thread CPU with a core scale it back up.
 
 /// The most of the CPU time taken as stolen when scaling CPU back up (a
 /// factor of 4 at most), so that an odd reading cannot turn a trickle into

@@ -39,8 +39,8 @@ pub struct Point {
     /// the hypervisor took (`steal::without_steal`).
     pub top_thread_cpu: Option<f64>,
     /// CPU (cores, scaled up by what the hypervisor took) of the busy
-    /// threads of one process together, where work spreads over several threads and
-    /// the process stays under the GIL cap.
+    /// threads of one process together, where work spreads over several
+    /// threads and the process stays under the GIL cap.
     pub spread_cpu: Option<f64>,
     /// The same threads' CPU and waits for a CPU together (their CPU alone
     /// where a wait is unknown).

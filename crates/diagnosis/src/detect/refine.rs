@@ -72,11 +72,10 @@ impl Spread<'_> {
 
     /// What the threads would have used, in cores: their CPU (scaled up by
     /// what the hypervisor took, where it took some) and their waits for a
-    /// CPU. A GIL handed over on a
-    /// busy host sits unused while the thread given it waits in a run queue:
-    /// on 2 cores with a third of one taken by other work, three GIL-bound
-    /// threads ran 0.58 cores together and waited 0.34 (see
-    /// docs/diagnosis.md).
+    /// CPU. A GIL handed over on a busy host sits unused while the thread
+    /// given it waits in a run queue: on 2 cores with a third of one taken
+    /// by other work, three GIL-bound threads ran 0.58 cores together and
+    /// waited 0.34 (see docs/diagnosis.md).
     fn demand(&self, steal: Option<f64>) -> f64 {
         without_steal(self.cpu, steal) + self.wait.unwrap_or(0.0)
     }
