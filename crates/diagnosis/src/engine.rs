@@ -587,7 +587,7 @@ fn point(
             .iter()
             .filter_map(|j| j.top_threads.first().map(|th| th.cpu))
             .reduce(f64::max)
-            .map(|cpu| crate::steal::without_steal(cpu, steal)),
+            .map(|cpu| crate::steal::thread_without_steal(cpu, steal, frame.host.cpu_utilization)),
         spread_cpu: spread.map(|s| s.cpu),
         spread_demand: spread.map(|s| s.demand),
         disk_sleep: warmed.iter().any(|j| j.threads_disk_sleep > 0),

@@ -163,18 +163,31 @@ enum Unit {
 }
 
 /// On a virtual machine whose hypervisor takes a noticeable share of the
-/// CPU time (steal), what `cores` would read without it.
+/// CPU time (steal), what `cores` would read without it: threads together
+/// (`Unit::Cores`) scaled by the steal's share of all CPU time, one thread
+/// (`Unit::ShareOfCore`) by its share of the busy time, as the rules do
+/// (`steal::without_steal`, `steal::thread_without_steal`).
 fn steal_note(evidence: &Evidence, cores: f64, unit: Unit) -> String {
     let Some(s) = evidence.cpu_steal_ratio else {
         return String::new();
     };
-    let without = crate::steal::without_steal(cores, Some(s));
-    let without = match unit {
-        Unit::Cores => format!("{without:.2} cores"),
-        Unit::ShareOfCore => format!("{:.0}%", without * 100.0),
+    let (without, of_busy) = match unit {
+        Unit::Cores => {
+            let w = crate::steal::without_steal(cores, Some(s));
+            (format!("{w:.2} cores"), String::new())
+        }
+        Unit::ShareOfCore => {
+            let busy = evidence.host_cpu_ratio;
+            let w = crate::steal::thread_without_steal(cores, Some(s), busy);
+            let of_busy = busy
+                .filter(|b| *b > 0.0)
+                .map(|b| format!(", {:.0}% of its busy time", (s / b).min(1.0) * 100.0))
+                .unwrap_or_default();
+            (format!("{:.0}%", w * 100.0), of_busy)
+        }
     };
     format!(
-        " ({without} without steal: the hypervisor took {:.0}% of this host's CPU time, \
+        " ({without} without steal: the hypervisor took {:.0}% of this host's CPU time{of_busy}, \
          which no thread is charged for)",
         s * 100.0
     )

@@ -263,9 +263,12 @@ fn gil_bound_threads_kept_waiting_for_a_cpu_on_a_busy_host_are_still_gil_bound()
 }
 
 /// `frame` on a virtual machine whose hypervisor took `steal` of all CPU
-/// time.
+/// time: busy for the jobs' CPU and the steal, nothing else.
 fn stolen(mut f: Frame, steal: f64) -> Frame {
+    let cpus = f64::from(f.host.cpus.expect("the script's host has CPUs"));
+    let jobs: f64 = f.jobs.iter().filter_map(|j| j.cpu_cores).sum();
     f.host.cpu_steal = Some(steal);
+    f.host.cpu_utilization = Some((jobs / cpus + steal).min(1.0));
     f
 }
 
@@ -320,28 +323,57 @@ fn gil_bound_threads_on_a_vm_whose_hypervisor_steals_half_the_time_are_still_gil
 }
 
 #[test]
-fn a_thread_pinned_on_a_vm_reads_low_by_what_the_hypervisor_took() {
+fn a_thread_pinned_on_a_vm_reads_low_by_what_its_cpu_lost() {
+    // Two CPUs, one pinned thread: its CPU lost 40% of its time while the
+    // other sat idle, so the steal is 20% of all CPU time, 40% of the busy.
+    let pinned = |t| stolen(frame(t, 0.02, vec![job(100, 0.6, 0.58)]), 0.2);
     let mut run = Run::default();
-    run.feed(0, 300, |t| {
-        stolen(frame(t, 0.02, vec![job(100, 0.55, 0.52)]), 0.45)
-    });
+    run.feed(0, 300, pinned);
     assert_eq!(
         run.kinds(),
         vec![Kind::InputStarved, Kind::SingleThreadBound]
     );
     let single = run.first(Kind::SingleThreadBound);
     assert!(
-        single
-            .hint
-            .contains("is pinned at 52% of a core (95% without steal"),
+        single.hint.contains(
+            "is pinned at 58% of a core (97% without steal: the hypervisor took 20% of this \
+             host's CPU time, 40% of its busy time"
+        ),
         "{}",
         single.hint
     );
+
+    // Scaled by the share of all CPU time (what a host that does not report
+    // its busy time leaves), 0.58 reads 0.73 cores: not pinned.
     let mut run = Run::default();
     run.feed(0, 300, |t| {
-        stolen(frame(t, 0.02, vec![job(100, 0.55, 0.52)]), 0.0)
+        let mut f = pinned(t);
+        f.host.cpu_utilization = None;
+        f
     });
     assert_eq!(run.kinds(), vec![Kind::InputStarved]);
+
+    // On bare metal 0.58 cores is not pinned either.
+    let mut run = Run::default();
+    run.feed(0, 300, |t| {
+        stolen(frame(t, 0.02, vec![job(100, 0.6, 0.58)]), 0.0)
+    });
+    assert_eq!(run.kinds(), vec![Kind::InputStarved]);
+
+    // However much of the busy time was stolen (62% here), one thread
+    // reads a core at most.
+    let mut run = Run::default();
+    run.feed(0, 300, |t| {
+        stolen(frame(t, 0.02, vec![job(100, 0.55, 0.52)]), 0.45)
+    });
+    let single = run.first(Kind::SingleThreadBound);
+    assert!(
+        single
+            .hint
+            .contains("is pinned at 52% of a core (100% without steal"),
+        "{}",
+        single.hint
+    );
 }
 
 #[test]
