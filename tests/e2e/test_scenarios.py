@@ -22,6 +22,7 @@ from daemon import ROOT
 
 sys.path.insert(0, str(ROOT / "tests" / "workloads"))
 from orchestrator import ScenarioUnavailable, run_scenario  # noqa: E402
+from scenario_report import job_output, timeline  # noqa: E402
 from scenarios import SCENARIOS  # noqa: E402
 
 SCALE = float(os.environ.get("STALLWATCH_SCENARIO_SCALE", "0.1"))
@@ -232,6 +233,7 @@ def test_scenario(name, daemon_factory, tmp_path):
         if name in PLACES and any(e["kind"] == PLACES[name][0] for e in events):
             check_places(d, name)
     finally:
+        status = run.job_status()
         run.stop()
     starts = [e for e in events if e["phase"] == "start"]
     rel = lambda e: e["time"] - t0  # noqa: E731
@@ -273,4 +275,6 @@ def test_scenario(name, daemon_factory, tmp_path):
         kept.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(frames, kept)
         problems.append(f"frames kept in {kept} (t0 {t0:.3f})")
-    assert not problems, "\n".join(problems) + f"\n\nall events: {[(e['kind'], e['phase'], round(rel(e), 1)) for e in events]}"
+        problems += ["", "what the daemon saw:", *timeline(frames, t0), "", *status, *job_output(run)]
+    if problems:  # pytest.fail: an assert would print the long list twice
+        pytest.fail("\n".join(problems) + f"\n\nall events: {[(e['kind'], e['phase'], round(rel(e), 1)) for e in events]}")

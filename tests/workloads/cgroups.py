@@ -101,6 +101,23 @@ class Group:
         if write_bps:
             self._write("blkio.throttle.write_bps_device", f"{device} {int(write_bps)}")
 
+    def memory_events(self):
+        """The memory group's limit hits and OOM kills so far, as text ("" if unknown)."""
+        name = "memory.events" if self.v2 else "memory.oom_control"
+        try:
+            with open(os.path.join(self.path, name)) as f:
+                fields = dict(line.split() for line in f if len(line.split()) == 2)
+        except (OSError, ValueError):
+            return ""
+        if not self.v2:
+            try:
+                with open(os.path.join(self.path, "memory.failcnt")) as f:
+                    fields["failcnt"] = f.read().strip()
+            except OSError:
+                pass
+        keep = ("max", "oom", "oom_kill", "failcnt", "under_oom")
+        return " ".join(f"{k}={v}" for k, v in fields.items() if k in keep)
+
     def add(self, pid):
         self._write("cgroup.procs", pid)
 

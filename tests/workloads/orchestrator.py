@@ -202,6 +202,17 @@ class Run:
         """Utilization samples (0-1) of one GPU recorded since `since` (scaled s)."""
         return [f[gpu]["utilization"] for t, f in list(self.history) if since is None or t >= since]
 
+    def job_status(self):
+        """One line per job: running or its exit status, and its memory cgroup's
+        limit hits and OOM kills (for a failure's report: call before stop())."""
+        lines = []
+        for name, job in self.jobs.items():
+            code = job.popen.poll()
+            state = "running" if code is None else f"exited with {code}"
+            memory = " ".join(e for g in job.groups if g.controller == "memory" and (e := g.memory_events()))
+            lines.append(f"{name} (pid {job.pid}): {state}" + (f"; memory cgroup: {memory}" if memory else ""))
+        return lines
+
     def stop(self):
         if self._stop.is_set():
             return
