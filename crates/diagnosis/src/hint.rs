@@ -179,9 +179,8 @@ fn steal_note(evidence: &Evidence, cores: f64, unit: Unit) -> String {
         Unit::ShareOfCore => {
             let busy = evidence.host_cpu_ratio;
             let w = crate::steal::thread_without_steal(cores, Some(s), busy);
-            let of_busy = busy
-                .filter(|b| *b > 0.0)
-                .map(|b| format!(", {:.0}% of its busy time", (s / b).min(1.0) * 100.0))
+            let of_busy = crate::steal::share_of_busy(s, busy)
+                .map(|share| format!(", {:.0}% of its busy time", share * 100.0))
                 .unwrap_or_default();
             (format!("{:.0}%", w * 100.0), of_busy)
         }
