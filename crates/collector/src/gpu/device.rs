@@ -9,6 +9,7 @@ use nvml_wrapper::struct_wrappers::device::ProcessInfo;
 use nvml_wrapper::{Device, Nvml};
 
 use super::gpm::{self, GpmMemo};
+use super::older::{self, Calls};
 use crate::sample::{ErrorCounts, ErrorSource, GpuProcessKind, GpuProcessSample, GpuSample};
 
 /// Identity of a GPU that does not change while the driver is loaded.
@@ -71,6 +72,7 @@ pub fn down_sample(index: u32, memo: &DeviceMemo) -> GpuSample {
 /// identity) when the GPU is lost or its handle cannot be had.
 pub fn read_device(
     nvml: &Nvml,
+    calls: Calls,
     index: u32,
     memo: &mut DeviceMemo,
     errors: &mut ErrorCounts,
@@ -108,7 +110,7 @@ pub fn read_device(
     memo.identity = Some(identity.clone());
 
     let util = r.take(device.utilization_rates());
-    let memory = r.take(device.memory_info());
+    let memory = r.take(older::memory_info(nvml, &device));
     let mut sample = GpuSample {
         index,
         uuid: identity.uuid,
@@ -142,7 +144,7 @@ pub fn read_device(
         ..GpuSample::default()
     };
     sample.health = super::health::read(&device, &mut r);
-    sample.processes = read_processes(&device, &mut r, memo);
+    sample.processes = read_processes(nvml, calls, &device, &mut r, memo);
     let activity = gpm::read(nvml, &device, &mut memo.gpm, r.errors);
     sample.gpm = activity.reading;
     sample.gpm_supported = memo.gpm.supported;
@@ -165,19 +167,16 @@ fn kilobytes(v: u32) -> f64 {
     f64::from(v) * 1024.0
 }
 
-fn read_processes(device: &Device, r: &mut Reader, memo: &mut DeviceMemo) -> Vec<GpuProcessSample> {
+fn read_processes(
+    nvml: &Nvml,
+    calls: Calls,
+    device: &Device,
+    r: &mut Reader,
+    memo: &mut DeviceMemo,
+) -> Vec<GpuProcessSample> {
     let mut out: Vec<GpuProcessSample> = Vec::new();
-    let lists = [
-        (
-            GpuProcessKind::Compute,
-            r.take(device.running_compute_processes()),
-        ),
-        (
-            GpuProcessKind::Graphics,
-            r.take(device.running_graphics_processes()),
-        ),
-    ];
-    for (kind, list) in lists {
+    for kind in [GpuProcessKind::Compute, GpuProcessKind::Graphics] {
+        let list = r.take(older::processes(nvml, device, calls, kind));
         for info in list.unwrap_or_default() {
             push_process(&mut out, kind, &info);
         }

@@ -14,6 +14,7 @@ use nvml_wrapper::{Device, Nvml};
 
 use super::device::push_process;
 use super::gpm::{self, GpmMemo};
+use super::older::{self, Calls};
 use crate::sample::{ErrorCounts, ErrorSource, GpuProcessKind, GpuSample, MigIdentity, mig_index};
 
 /// GPM memos of MIG instances, by (parent index, GPU instance ID).
@@ -88,6 +89,7 @@ fn instance_ids(nvml: &Nvml, device: &Device) -> Option<(u32, u32)> {
 /// is off or not supported. Adds each instance's key to `seen`.
 pub fn read_instances(
     nvml: &Nvml,
+    calls: Calls,
     parent: &Device,
     parent_sample: &GpuSample,
     memos: &mut MigMemos,
@@ -113,18 +115,10 @@ pub fn read_instances(
         let Some(uuid) = ok(device.uuid(), errors) else {
             continue;
         };
-        let memory = ok(device.memory_info(), errors);
+        let memory = ok(older::memory_info(nvml, &device), errors);
         let mut processes = Vec::new();
-        for (kind, list) in [
-            (
-                GpuProcessKind::Compute,
-                ok(device.running_compute_processes(), errors),
-            ),
-            (
-                GpuProcessKind::Graphics,
-                ok(device.running_graphics_processes(), errors),
-            ),
-        ] {
+        for kind in [GpuProcessKind::Compute, GpuProcessKind::Graphics] {
+            let list = ok(older::processes(nvml, &device, calls, kind), errors);
             for info in list.unwrap_or_default() {
                 push_process(&mut processes, kind, &info);
             }

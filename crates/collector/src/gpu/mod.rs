@@ -9,6 +9,7 @@ mod device;
 mod gpm;
 mod health;
 mod mig;
+mod older;
 mod worker;
 
 use std::path::PathBuf;

@@ -10,6 +10,7 @@ use nvml_wrapper::error::NvmlError;
 use super::GpuOptions;
 use super::device::{DeviceMemo, down_sample, read_device};
 use super::mig::{MigMemos, read_instances};
+use super::older::Calls;
 use crate::sample::{ErrorCounts, ErrorSource, GpuReadout, GpuSample};
 
 const FIRST_RETRY: Duration = Duration::from_secs(1);
@@ -18,6 +19,8 @@ struct Worker {
     options: GpuOptions,
     nvml: Option<Nvml>,
     driver_version: Option<String>,
+    /// Which process calls the driver can be asked (its version decides).
+    calls: Calls,
     memos: Vec<DeviceMemo>,
     /// GPM memos of MIG instances.
     mig: MigMemos,
@@ -36,6 +39,7 @@ pub fn run(
         options,
         nvml: None,
         driver_version: None,
+        calls: Calls::Newest,
         memos: Vec::new(),
         mig: MigMemos::default(),
         next_attempt: Instant::now(),
@@ -66,9 +70,11 @@ impl Worker {
         match self.init() {
             Ok(nvml) => {
                 self.driver_version = nvml.sys_driver_version().ok();
+                self.calls = Calls::for_driver(self.driver_version.as_deref());
                 tracing::info!(
                     driver_version = self.driver_version.as_deref().unwrap_or("unknown"),
                     library = ?self.options.library,
+                    process_calls = ?self.calls,
                     "NVML initialised"
                 );
                 self.nvml = Some(nvml);
@@ -124,7 +130,7 @@ impl Worker {
             .enumerate()
             .filter(|(i, memo)| (*i as u32) < count || memo.identity.is_some())
             .map(|(i, memo)| match i as u32 {
-                i if i < count => read_device(nvml, i, memo, errors),
+                i if i < count => read_device(nvml, self.calls, i, memo, errors),
                 i => down_sample(i, memo),
             })
             .collect();
@@ -134,7 +140,15 @@ impl Worker {
             let Ok(parent) = nvml.device_by_index(g.index) else {
                 continue;
             };
-            let found = read_instances(nvml, &parent, g, &mut self.mig, &mut seen, errors);
+            let found = read_instances(
+                nvml,
+                self.calls,
+                &parent,
+                g,
+                &mut self.mig,
+                &mut seen,
+                errors,
+            );
             if !found.is_empty() {
                 // With MIG on, processes belong to their instances.
                 g.processes.clear();
