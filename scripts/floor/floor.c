@@ -73,6 +73,7 @@ static ret_t (*Throttle)(dev_t_, unsigned long long *);
 static ret_t (*Pcie)(dev_t_, int, unsigned *);
 static ret_t (*Compute)(dev_t_, unsigned *, proc_t *);
 static ret_t (*Graphics)(dev_t_, unsigned *, proc_t *);
+static ret_t (*Mps)(dev_t_, unsigned *, proc_t *);
 static ret_t (*ProcUtil)(dev_t_, putil_t *, unsigned *, unsigned long long);
 static ret_t (*MigMode)(dev_t_, unsigned *, unsigned *);
 typedef struct { unsigned field, scope; long long ts, latency; unsigned type, ret; unsigned long long value; } field_t;
@@ -115,6 +116,7 @@ static void load_nvml(const char *path) {
     Pcie = sym(lib, "nvmlDeviceGetPcieThroughput");
     Compute = sym(lib, "nvmlDeviceGetComputeRunningProcesses_v3");
     Graphics = sym(lib, "nvmlDeviceGetGraphicsRunningProcesses_v3");
+    Mps = sym(lib, "nvmlDeviceGetMPSComputeRunningProcesses_v3");
     ProcUtil = sym(lib, "nvmlDeviceGetProcessUtilization");
     MigMode = sym(lib, "nvmlDeviceGetMigMode");
     Fields = sym(lib, "nvmlDeviceGetFieldValues");
@@ -149,7 +151,7 @@ static unsigned pids[MAX_PIDS], npids;
 static unsigned long long last_seen[64];
 
 static unsigned read_gpus(void) {
-    static proc_t procs[512];
+    static proc_t procs[768];
     static putil_t samples[512];
     unsigned count = 0;
     npids = 0;
@@ -189,6 +191,7 @@ static unsigned read_gpus(void) {
             for (int k = 0; k < 14; k++) sink += fields[k].value;
         unsigned n = process_list(Compute, d, procs, 256);
         n += process_list(Graphics, d, procs + n, 256);
+        n += process_list(Mps, d, procs + n, 256);
         for (unsigned k = 0; k < n && npids < MAX_PIDS; k++) {
             unsigned seen = 0;
             for (unsigned j = 0; j < npids; j++)

@@ -92,6 +92,16 @@ def test_starved_gpu_is_diagnosed_and_recovers(daemon_factory, job):
     assert m.value("stallwatch_gpu_stall_seconds_total", kind="input_starved", gpu="0") > 0
 
 
+def test_an_mps_client_is_a_job_and_diagnosed(daemon_factory, job):
+    # Under MPS the job's process is listed by the MPS calls, not the compute ones.
+    client = {"pid": job.pid, "used_memory_bytes": 8 * 2**30, "sm_util": 1, "type": "mps"}
+    d = daemon_factory({"gpus": [gpu(0, utilization_gpu=1, processes=[client])]}, config=FAST).start()
+    s = wait_status(d, lambda s: "input_starved" in active(s), what="input_starved on the MPS client's GPU")
+    assert s["gpus"][0]["jobs"][0]["pid"] == job.pid
+    m = d.metrics()
+    assert m.value("stallwatch_process_gpu_memory_bytes", gpu="0", pid=str(job.pid)) == 8 * 2**30
+
+
 def test_warm_up_verdict_for_a_young_job(daemon_factory, job):
     d = daemon_factory(scenario(job.pid, 1), config='[diagnosis]\nwarmup = "10m"\n').start()
     s = wait_status(d, lambda s: s["gpus"][0]["jobs"], what="job seen")

@@ -153,6 +153,9 @@ pub struct GpmReading {
 pub enum GpuProcessKind {
     Compute,
     Graphics,
+    /// An MPS client: its work runs in the MPS server's context, and NVML
+    /// lists it with the MPS calls.
+    Mps,
 }
 
 /// A process holding a context on a GPU, as NVML reports it (host pid).

@@ -1,12 +1,13 @@
 //! Further calls nvitop makes: driver model, ECC counts, serial number, MPS
-//! processes. No MPS, no ECC errors (MIG is in `mig.rs`).
+//! clients (the scenario's processes of type `mps`). No ECC errors (MIG is
+//! in `mig.rs`).
 
 use std::ffi::{c_char, c_uint};
 
 use crate::abi::{ProcessInfoV1, ProcessInfoV2, put, put_str};
 use crate::call::{Handle, device_call};
 use crate::codes::{INVALID_ARGUMENT, NOT_SUPPORTED, Ret};
-use crate::process::fill;
+use crate::scenario::ProcessType;
 
 /// WDDM/TCC driver models exist on Windows only.
 #[unsafe(no_mangle)]
@@ -74,12 +75,15 @@ pub unsafe extern "C" fn nvmlDeviceGetMPSComputeRunningProcesses_v3(
     count: *mut c_uint,
     infos: *mut ProcessInfoV2,
 ) -> Ret {
-    device_call(
-        "nvmlDeviceGetMPSComputeRunningProcesses_v3",
-        device,
-        None,
-        |_, _, _| unsafe { fill(count, infos, Vec::new()) },
-    )
+    unsafe {
+        crate::process::running_v2(
+            "nvmlDeviceGetMPSComputeRunningProcesses_v3",
+            device,
+            ProcessType::Mps,
+            count,
+            infos,
+        )
+    }
 }
 
 #[unsafe(no_mangle)]
@@ -88,12 +92,15 @@ pub unsafe extern "C" fn nvmlDeviceGetMPSComputeRunningProcesses_v2(
     count: *mut c_uint,
     infos: *mut ProcessInfoV2,
 ) -> Ret {
-    device_call(
-        "nvmlDeviceGetMPSComputeRunningProcesses_v2",
-        device,
-        None,
-        |_, _, _| unsafe { fill(count, infos, Vec::new()) },
-    )
+    unsafe {
+        crate::process::running_v2(
+            "nvmlDeviceGetMPSComputeRunningProcesses_v2",
+            device,
+            ProcessType::Mps,
+            count,
+            infos,
+        )
+    }
 }
 
 #[unsafe(no_mangle)]
@@ -102,10 +109,13 @@ pub unsafe extern "C" fn nvmlDeviceGetMPSComputeRunningProcesses(
     count: *mut c_uint,
     infos: *mut ProcessInfoV1,
 ) -> Ret {
-    device_call(
-        "nvmlDeviceGetMPSComputeRunningProcesses",
-        device,
-        None,
-        |_, _, _| unsafe { fill(count, infos, Vec::new()) },
-    )
+    unsafe {
+        crate::process::running_v1(
+            "nvmlDeviceGetMPSComputeRunningProcesses",
+            device,
+            ProcessType::Mps,
+            count,
+            infos,
+        )
+    }
 }

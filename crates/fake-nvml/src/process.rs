@@ -49,7 +49,7 @@ fn memory(p: &Process) -> u64 {
 
 /// # Safety
 /// As for [`fill`].
-unsafe fn running_v2(
+pub(crate) unsafe fn running_v2(
     call: &str,
     device: Handle,
     kind: ProcessType,
@@ -74,7 +74,7 @@ unsafe fn running_v2(
 
 /// # Safety
 /// As for [`fill`].
-unsafe fn running_v1(
+pub(crate) unsafe fn running_v1(
     call: &str,
     device: Handle,
     kind: ProcessType,

@@ -208,6 +208,8 @@ pub enum ProcessType {
     #[default]
     Compute,
     Graphics,
+    /// An MPS client: listed by the MPS calls only.
+    Mps,
 }
 
 #[derive(Debug, Clone, Deserialize)]

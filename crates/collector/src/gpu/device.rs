@@ -175,7 +175,11 @@ fn read_processes(
     memo: &mut DeviceMemo,
 ) -> Vec<GpuProcessSample> {
     let mut out: Vec<GpuProcessSample> = Vec::new();
-    for kind in [GpuProcessKind::Compute, GpuProcessKind::Graphics] {
+    for kind in [
+        GpuProcessKind::Compute,
+        GpuProcessKind::Graphics,
+        GpuProcessKind::Mps,
+    ] {
         let list = r.take(older::processes(nvml, device, calls, kind));
         for info in list.unwrap_or_default() {
             push_process(&mut out, kind, &info);

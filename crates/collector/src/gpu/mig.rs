@@ -117,7 +117,11 @@ pub fn read_instances(
         };
         let memory = ok(older::memory_info(nvml, &device), errors);
         let mut processes = Vec::new();
-        for kind in [GpuProcessKind::Compute, GpuProcessKind::Graphics] {
+        for kind in [
+            GpuProcessKind::Compute,
+            GpuProcessKind::Graphics,
+            GpuProcessKind::Mps,
+        ] {
             let list = ok(older::processes(nvml, &device, calls, kind), errors);
             for info in list.unwrap_or_default() {
                 push_process(&mut processes, kind, &info);

@@ -1,4 +1,5 @@
-//! The calls whose newest version nvml-wrapper uses, on drivers that lack it.
+//! The calls whose newest version nvml-wrapper uses, on drivers that lack it,
+//! and the process lists the daemon reads: compute, graphics and MPS clients.
 //!
 //! nvml-wrapper asks for memory with `nvmlDeviceGetMemoryInfo_v2` and for
 //! processes with `nvmlDeviceGetComputeRunningProcesses_v3` (and its graphics
@@ -26,7 +27,9 @@ use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::error::{NvmlError, nvml_sym, nvml_try, nvml_try_count};
 use nvml_wrapper::struct_wrappers::device::{MemoryInfo, ProcessInfo};
 use nvml_wrapper::{Device, Nvml};
-use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlProcessInfo_v1_t, nvmlReturn_t};
+use nvml_wrapper_sys::bindings::{
+    nvmlDevice_t, nvmlProcessInfo_v1_t, nvmlProcessInfo_v2_t, nvmlReturn_t,
+};
 
 use crate::sample::GpuProcessKind;
 
@@ -89,51 +92,61 @@ impl Calls {
     }
 }
 
-/// The processes with a `kind` of context on the device, from the newest
-/// call the library has: `_v3` (unless `calls` skips it), `_v2`, the
-/// unversioned call.
-pub fn processes<'d, 'n>(
+/// The processes with a `kind` of context on the device (MPS clients: the
+/// MPS calls), from the newest call the library has: `_v3` (unless `calls`
+/// skips it), `_v2`, the unversioned call.
+pub fn processes(
     nvml: &Nvml,
-    device: &'d Device<'n>,
+    device: &Device,
     calls: Calls,
     kind: GpuProcessKind,
 ) -> Result<Vec<ProcessInfo>, NvmlError> {
-    type Call<'d, 'n> = fn(&'d Device<'n>) -> Result<Vec<ProcessInfo>, NvmlError>;
     let lib = nvml.lib();
-    let (v3, v2, v1): (Call<'d, 'n>, Call<'d, 'n>, _) = match kind {
-        GpuProcessKind::Compute => (
-            Device::running_compute_processes,
-            Device::running_compute_processes_v2,
-            lib.nvmlDeviceGetComputeRunningProcesses.as_ref(),
-        ),
-        GpuProcessKind::Graphics => (
-            Device::running_graphics_processes,
-            Device::running_graphics_processes_v2,
-            lib.nvmlDeviceGetGraphicsRunningProcesses.as_ref(),
-        ),
+    let v2 = |record: nvmlProcessInfo_v2_t| ProcessInfo::from(record);
+    let call = |version| match (kind, version) {
+        (GpuProcessKind::Compute, 3) => device.running_compute_processes(),
+        (GpuProcessKind::Compute, 2) => device.running_compute_processes_v2(),
+        (GpuProcessKind::Compute, _) => nvml_sym(lib.nvmlDeviceGetComputeRunningProcesses.as_ref())
+            .and_then(|c| raw(*c, device, from_v1)),
+        (GpuProcessKind::Graphics, 3) => device.running_graphics_processes(),
+        (GpuProcessKind::Graphics, 2) => device.running_graphics_processes_v2(),
+        (GpuProcessKind::Graphics, _) => {
+            nvml_sym(lib.nvmlDeviceGetGraphicsRunningProcesses.as_ref())
+                .and_then(|c| raw(*c, device, from_v1))
+        }
+        (GpuProcessKind::Mps, 3) => device.mps_running_compute_processes(),
+        (GpuProcessKind::Mps, 2) => {
+            nvml_sym(lib.nvmlDeviceGetMPSComputeRunningProcesses_v2.as_ref())
+                .and_then(|c| raw(*c, device, v2))
+        }
+        (GpuProcessKind::Mps, _) => nvml_sym(lib.nvmlDeviceGetMPSComputeRunningProcesses.as_ref())
+            .and_then(|c| raw(*c, device, from_v1)),
     };
-    if calls == Calls::Newest {
-        let newest = v3(device);
-        if !lacks(&newest) {
-            return newest;
+    let mut answer = Err(NvmlError::FunctionNotFound);
+    for version in [3, 2, 1] {
+        if version == 3 && calls == Calls::SkipV3 {
+            continue;
+        }
+        answer = call(version);
+        if !lacks(&answer) {
+            break;
         }
     }
-    let older = v2(device);
-    if !lacks(&older) {
-        return older;
-    }
-    processes_v1(*nvml_sym(v1)?, device)
+    answer
 }
 
-type ProcessesV1 =
-    unsafe extern "C" fn(nvmlDevice_t, *mut c_uint, *mut nvmlProcessInfo_v1_t) -> nvmlReturn_t;
-
-/// The unversioned process call: the count first (a null buffer), then the
-/// records, with room for a few processes started in between.
-fn processes_v1(call: ProcessesV1, device: &Device) -> Result<Vec<ProcessInfo>, NvmlError> {
-    // SAFETY: `device` is a live handle of this library. The first call gets
-    // a null buffer with a count of 0, as NVML documents for asking the
-    // count; the second a buffer of `count` zeroed records.
+/// A process call's records, read through `call` with NVML's count-then-fill
+/// protocol: the count first (a null buffer), then the records, with room
+/// for a few processes started in between.
+fn raw<R: Copy>(
+    call: unsafe extern "C" fn(nvmlDevice_t, *mut c_uint, *mut R) -> nvmlReturn_t,
+    device: &Device,
+    info: impl Fn(R) -> ProcessInfo,
+) -> Result<Vec<ProcessInfo>, NvmlError> {
+    // SAFETY: `device` is a live handle of this library and `call` one of
+    // its process calls, whose records are `R`. The first call gets a null
+    // buffer with a count of 0, as NVML documents for asking the count; the
+    // second a buffer of `count` zeroed records.
     unsafe {
         let mut count: c_uint = 0;
         nvml_try_count(call(device.handle(), &mut count, std::ptr::null_mut()))?;
@@ -141,21 +154,23 @@ fn processes_v1(call: ProcessesV1, device: &Device) -> Result<Vec<ProcessInfo>, 
             return Ok(Vec::new());
         }
         count += 5;
-        let mut records: Vec<nvmlProcessInfo_v1_t> = vec![std::mem::zeroed(); count as usize];
+        let mut records: Vec<R> = vec![std::mem::zeroed(); count as usize];
         nvml_try(call(device.handle(), &mut count, records.as_mut_ptr()))?;
         records.truncate(count as usize);
-        Ok(records
-            .into_iter()
-            .map(|r| ProcessInfo {
-                pid: r.pid,
-                used_gpu_memory: match r.usedGpuMemory {
-                    NOT_AVAILABLE => UsedGpuMemory::Unavailable,
-                    bytes => UsedGpuMemory::Used(bytes),
-                },
-                gpu_instance_id: None,
-                compute_instance_id: None,
-            })
-            .collect())
+        Ok(records.into_iter().map(info).collect())
+    }
+}
+
+/// An unversioned record: no MIG instance IDs.
+fn from_v1(record: nvmlProcessInfo_v1_t) -> ProcessInfo {
+    ProcessInfo {
+        pid: record.pid,
+        used_gpu_memory: match record.usedGpuMemory {
+            NOT_AVAILABLE => UsedGpuMemory::Unavailable,
+            bytes => UsedGpuMemory::Used(bytes),
+        },
+        gpu_instance_id: None,
+        compute_instance_id: None,
     }
 }
 
