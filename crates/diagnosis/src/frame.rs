@@ -91,6 +91,10 @@ pub struct ProcessFrame {
     pub memory_bytes: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sm_utilization: Option<f64>,
+    /// An MPS client (listed by NVML's MPS calls): sharing the GPU with the
+    /// other clients is what MPS is for.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub mps: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -41,8 +41,15 @@ pub fn leftovers(
         .collect()
 }
 
+/// The MPS server's `comm` (`nvidia-cuda-mps-server`, cut to the kernel's
+/// 15 characters).
+const MPS_SERVER_COMM: &str = "nvidia-cuda-mps";
+
 /// Separate live jobs with at least `min_process_memory_bytes` on the GPU
-/// (one whose parent is also one of them does not count: same job).
+/// (one whose parent is also one of them does not count: same job). MPS
+/// clients and the MPS server count once together: their work runs in the
+/// server's one context, which is how MPS shares a GPU by design; a process
+/// outside MPS beside them is a second context.
 pub fn sharers(
     config: &DiagnosisConfig,
     gpu: &GpuFrame,
@@ -55,8 +62,15 @@ pub fn sharers(
         .filter(|p| p.memory_bytes.is_some_and(|m| m >= min))
         .filter_map(|p| Some((p, *jobs.iter().find(|j| j.pid == p.pid)?)))
         .collect();
+    let mut mps_counted = false;
     big.iter()
         .filter(|(_, j)| !big.iter().any(|(other, _)| other.pid == j.ppid))
+        .filter(|(p, j)| {
+            let mps = p.mps || j.comm == MPS_SERVER_COMM;
+            let first = !mps || !mps_counted;
+            mps_counted |= mps;
+            first
+        })
         .map(|(p, j)| ProcessEvidence {
             pid: p.pid,
             comm: j.comm.clone(),

@@ -190,6 +190,54 @@ fn two_separate_jobs_on_one_gpu_share_it_but_a_child_does_not_count() {
 }
 
 #[test]
+fn mps_clients_on_one_gpu_do_not_share_it_but_a_process_beside_them_does() {
+    let mut run = Run::default();
+    let clients = |t: f64| {
+        let mut f = frame(t, 0.9, vec![job(100, 1.0, 0.5), job(200, 1.0, 0.5)]);
+        for p in &mut f.gpus[0].processes {
+            p.mps = true;
+        }
+        f
+    };
+    run.feed(0, 200, clients);
+    assert!(
+        run.starts(Kind::SharedGpu).is_empty(),
+        "MPS clients share the GPU by design"
+    );
+    // With the MPS server, which NVML may list as a compute process: still one context.
+    let with_server = |t: f64| {
+        let mut f = clients(t);
+        let mut server = job(50, 0.1, 0.1);
+        server.comm = "nvidia-cuda-mps".into();
+        f.jobs.push(server);
+        f.gpus[0] = holding(f.gpus[0].clone(), 50, GIB, 0.9);
+        f
+    };
+    run.feed(200, 400, with_server);
+    assert!(run.starts(Kind::SharedGpu).is_empty());
+    // A process outside MPS beside them: a second context on the GPU.
+    run.feed(400, 600, |t| {
+        let mut f = with_server(t);
+        f.jobs.push(job(300, 1.0, 0.5));
+        f.gpus[0] = holding(f.gpus[0].clone(), 300, 4 * GIB, 0.3);
+        f
+    });
+    assert_eq!(run.starts(Kind::SharedGpu), vec![430.0]);
+    let pids: Vec<u32> = run
+        .first(Kind::SharedGpu)
+        .evidence
+        .processes
+        .iter()
+        .map(|p| p.pid)
+        .collect();
+    assert_eq!(
+        pids,
+        vec![100, 300],
+        "the MPS group once, by its first process"
+    );
+}
+
+#[test]
 fn a_process_left_holding_memory_after_its_parent_died_is_a_leftover() {
     let mut run = Run::default();
     let orphan = |t: f64| {

@@ -29,6 +29,7 @@ pub fn holding(mut g: GpuFrame, pid: u32, memory: u64, sm: f64) -> GpuFrame {
         pid,
         memory_bytes: Some(memory),
         sm_utilization: Some(sm),
+        mps: false,
     });
     g
 }

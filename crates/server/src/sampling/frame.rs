@@ -2,6 +2,7 @@
 
 use collector::faults::health::RecoveryAction;
 use collector::faults::xid;
+use collector::sample::GpuProcessKind;
 use collector::snapshot::{ClockEventReason, GpuSnapshot, JobSnapshot, Snapshot};
 use diagnosis::frame::{
     Attribution, Frame, GpuFrame, HostFrame, JobFrame, ProcessCpuFrame, ProcessFrame, ThreadFrame,
@@ -65,6 +66,7 @@ fn gpu(g: &GpuSnapshot, nvml_fresh: bool) -> GpuFrame {
                 pid: p.pid,
                 memory_bytes: p.memory_bytes,
                 sm_utilization: p.sm_utilization_ratio,
+                mps: p.kind == GpuProcessKind::Mps,
             })
             .collect(),
         xid: g.last_fatal_xid.as_ref().map(|x| {
