@@ -73,3 +73,20 @@ def test_failing_call_leaves_that_field_out_and_counts_it(daemon_factory):
     m = d.wait_for(lambda m: m.value("stallwatch_source_errors_total", source="nvml") >= 2, what="errors")
     assert not m.has("stallwatch_gpu_temperature_celsius")
     assert m.has("stallwatch_gpu_power_watts", gpu=0)
+
+
+def test_a_gpu_that_cannot_list_mps_clients_counts_no_error_but_its_processes_are_read(daemon_factory):
+    # GPUs before Volta, virtual GPUs and containers answer the MPS list with assorted errors.
+    held = [{"pid": 4242, "used_memory_bytes": 2**30}]
+    d = daemon_factory(
+        {
+            "gpus": [gpu(0, processes=held)],
+            "faults": [{"call": "nvmlDeviceGetMPSComputeRunningProcesses", "error": "unknown"}],
+        }
+    ).start()
+    m = d.wait_for(lambda m: m.has("stallwatch_process_gpu_memory_bytes", pid="4242"), what="the compute process")
+    time.sleep(1.0)
+    assert d.metrics().value("stallwatch_source_errors_total", source="nvml") == 0
+    # The compute list failing the same way is an error, counted.
+    d.set_scenario({"gpus": [gpu(0, processes=held)], "faults": [{"call": "nvmlDeviceGetComputeRunningProcesses", "error": "unknown"}]})
+    d.wait_for(lambda m: m.value("stallwatch_source_errors_total", source="nvml") >= 2, what="errors of the compute list")

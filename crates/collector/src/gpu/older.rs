@@ -132,7 +132,16 @@ pub fn processes(
             break;
         }
     }
-    answer
+    match answer {
+        // The MPS list adds to the others, and GPUs before Volta, virtual
+        // GPUs and containers can answer it with assorted errors: one it
+        // cannot give is not a failed read, counted every sample. A lost GPU
+        // stays lost.
+        Err(e) if kind == GpuProcessKind::Mps && !matches!(e, NvmlError::GpuLost) => {
+            Err(NvmlError::NotSupported)
+        }
+        other => other,
+    }
 }
 
 /// A process call's records, read through `call` with NVML's count-then-fill
