@@ -300,9 +300,9 @@ class Job:
         while True:
             if onset is not None and time.monotonic() >= onset:
                 onset, switch = None, time.monotonic()
-                # The old pipeline's iterator is kept, not deleted: deleting it waits for
-                # TensorFlow to stop its threads, which once took 9.5 s here, with the GPU
-                # idle, in a 12 s window at the suite's time scale. Kept, it idles with its
+                # The old pipeline's iterator is kept, not deleted: deleting it once held
+                # this loop 9.5 s here (the old pipeline's threads ended just as it went
+                # on), with the GPU idle, in a 12 s window at the suite's time scale. Kept, it idles with its
                 # buffers full, and the cache counts its room with those buffers in.
                 self.before_iterator = iterator
                 after = build(self.tf, a, a.after, a.after_batch_size or PIPELINES[a.after][1], ready)

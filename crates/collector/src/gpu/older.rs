@@ -27,9 +27,7 @@ use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::error::{NvmlError, nvml_sym, nvml_try, nvml_try_count};
 use nvml_wrapper::struct_wrappers::device::{MemoryInfo, ProcessInfo};
 use nvml_wrapper::{Device, Nvml};
-use nvml_wrapper_sys::bindings::{
-    nvmlDevice_t, nvmlProcessInfo_v1_t, nvmlProcessInfo_v2_t, nvmlReturn_t,
-};
+use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlProcessInfo_v1_t, nvmlReturn_t};
 
 use crate::sample::GpuProcessKind;
 
@@ -102,7 +100,6 @@ pub fn processes(
     kind: GpuProcessKind,
 ) -> Result<Vec<ProcessInfo>, NvmlError> {
     let lib = nvml.lib();
-    let v2 = |record: nvmlProcessInfo_v2_t| ProcessInfo::from(record);
     let call = |version| match (kind, version) {
         (GpuProcessKind::Compute, 3) => device.running_compute_processes(),
         (GpuProcessKind::Compute, 2) => device.running_compute_processes_v2(),
@@ -117,7 +114,7 @@ pub fn processes(
         (GpuProcessKind::Mps, 3) => device.mps_running_compute_processes(),
         (GpuProcessKind::Mps, 2) => {
             nvml_sym(lib.nvmlDeviceGetMPSComputeRunningProcesses_v2.as_ref())
-                .and_then(|c| raw(*c, device, v2))
+                .and_then(|c| raw(*c, device, ProcessInfo::from))
         }
         (GpuProcessKind::Mps, _) => nvml_sym(lib.nvmlDeviceGetMPSComputeRunningProcesses.as_ref())
             .and_then(|c| raw(*c, device, from_v1)),
