@@ -73,7 +73,7 @@ def substitute(expr, values):
     return VARIABLE.sub(one, expr)
 
 
-def grafana_variables(range_s, scrape_s, instance, gpu):
+def grafana_variables(range_s, scrape_s, instance, gpu, run=""):
     """The values Grafana gives its built-in variables for a dashboard range of
     range_s seconds with one point per scrape, plus the dashboards' own."""
     interval_s = scrape_s
@@ -87,5 +87,6 @@ def grafana_variables(range_s, scrape_s, instance, gpu):
         "__rate_interval": f"{max(interval_s + scrape_s, 4 * scrape_s)}s",
         "instance": instance,
         "gpu": gpu,
+        "run": run,
         "datasource": "stallwatch-prometheus",
     }

@@ -66,8 +66,8 @@ def test_dashboard_follows_grafanas_schema(path):
     assert not found, "\n".join(found)
 
 
-def test_there_are_two_dashboards():
-    assert [p.name for p in DASHBOARDS] == ["stallwatch-fleet.json", "stallwatch-host.json"]
+def test_there_are_three_dashboards():
+    assert [p.name for p in DASHBOARDS] == ["stallwatch-fleet.json", "stallwatch-host.json", "stallwatch-run.json"]
 
 
 def first(dashboard, panel_type):

@@ -1,13 +1,17 @@
 """Every query of the Grafana dashboards and alert rules, with Grafana's
 variables filled in, runs on a real Prometheus that scrapes a real stallwatch
-and evaluates the recording rules of deploy/prometheus/stallwatch.rules.yml.
+and evaluates the rules of deploy/prometheus/stallwatch.rules.yml and
+stallwatch.runs.yml.
 
 The host has three GPUs, each held by a real process: GPU 0 starved (a job
 whose one thread spins while the GPU idles), GPU 1 healthy (busy, the job
 prints steadily), GPU 2 hung (idle GPU, a job that neither works nor writes).
-Diagnosis windows are scaled down so all three verdicts arrive in seconds."""
+The three jobs are ranks 0, 1 and 2 of one Slurm run (RUN), for the run
+dashboard. Diagnosis windows are scaled down so all three verdicts arrive in
+seconds."""
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -33,6 +37,7 @@ hang_min = "60s"
 [diagnosis.idle_no_progress]
 window = "60s"
 """
+RUN = "slurm:77.0"
 PRINTER = "import time\nwhile True:\n    print('step', flush=True)\n    time.sleep(0.2)\n"
 
 
@@ -45,12 +50,14 @@ def held_by(index, pid, util):
 
 def start_prometheus(tmp, target):
     """A real Prometheus scraping the daemon every second, with the repository's
-    rules file evaluated every second (its groups' own intervals replaced)."""
+    rule files evaluated every second (their groups' own intervals replaced)."""
     assert RULES.exists(), f"{RULES} missing: the dashboards are built on its recording rules"
-    rules = yaml.safe_load(RULES.read_text())
-    for group in rules["groups"]:
+    groups = []
+    for path in (RULES, RULES.with_name("stallwatch.runs.yml")):
+        groups += yaml.safe_load(path.read_text())["groups"]
+    for group in groups:
         group["interval"] = f"{SCRAPE_S}s"
-    (tmp / "rules.yml").write_text(yaml.safe_dump(rules))
+    (tmp / "rules.yml").write_text(yaml.safe_dump({"groups": groups}))
     return PrometheusServer(tmp, yaml.safe_dump({
         "global": {"scrape_interval": f"{SCRAPE_S}s", "scrape_timeout": "900ms",
                    "evaluation_interval": f"{SCRAPE_S}s"},
@@ -70,9 +77,9 @@ class Stack:
         self.prometheus = None
 
     def start(self):
-        starved = self.job([sys.executable, str(SPINNER)], "starved.log")
-        healthy = self.job([sys.executable, "-c", PRINTER], "healthy.log")
-        hung = self.job(["sleep", "600"], "hung.log")
+        starved = self.job([sys.executable, str(SPINNER)], "starved.log", rank=0)
+        healthy = self.job([sys.executable, "-c", PRINTER], "healthy.log", rank=1)
+        hung = self.job(["sleep", "600"], "hung.log", rank=2)
         self.pids = {"starved": starved.pid, "healthy": healthy.pid, "hung": hung.pid}
         scenario = {"gpus": [held_by(0, starved.pid, 1), held_by(1, healthy.pid, 92),
                              held_by(2, hung.pid, 0)]}
@@ -94,6 +101,7 @@ class Stack:
             'stallwatch_gpu_xid_errors_total{gpu="0", xid="63"} == 1',
             # Both stalled jobs in a few rule evaluations, as a range query needs.
             "count(count_over_time(instance_pid_comm:stallwatch_job_stalled_gpus:count[1m]) > 3) == 2",
+            f'run:stallwatch_ranks_seen:count{{run="{RUN}"}} == 3',
         ):
             self.wait(expr, timeout=60)
 
@@ -108,9 +116,10 @@ class Stack:
             time.sleep(0.5)
         raise AssertionError(f"no result for {expr} within {timeout}s")
 
-    def job(self, argv, log_name):
+    def job(self, argv, log_name, rank):
         out = open(self.tmp / log_name, "w")
-        p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        env = dict(os.environ, SLURM_JOB_ID="77", SLURM_STEP_ID="0", SLURM_PROCID=str(rank), SLURM_NTASKS="3")
+        p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)
         self.jobs.append((p, out))
         return p
 
@@ -139,7 +148,7 @@ class Stack:
         return self.api("query_range", query=expr, start=end - RANGE_S, end=end, step=SCRAPE_S)["result"]
 
     def values(self, gpu_value):
-        return grafana_variables(RANGE_S, SCRAPE_S, self.instance, gpu_value)
+        return grafana_variables(RANGE_S, SCRAPE_S, self.instance, gpu_value, RUN)
 
 
 @pytest.fixture(scope="module")
@@ -184,7 +193,7 @@ def test_variables_list_the_host_and_its_gpus(stack):
             # label_values(selector, label), as the Prometheus data source runs it.
             selector, label = substitute(query, values)[len("label_values("):-1].rsplit(",", 1)
             found[name] = stack.api(f"label/{label.strip()}/values", **{"match[]": selector})
-    assert found == {"instance": [stack.instance], "gpu": ["0", "1", "2"]}
+    assert found == {"instance": [stack.instance], "gpu": ["0", "1", "2"], "run": [RUN]}
 
 
 def panel(title, dashboard):
@@ -259,3 +268,22 @@ def test_alert_rules_fire_for_the_starved_and_the_hung_gpu_only(stack):
     assert len(every_query) == len(rules) == 2
     assert firing(stack, rules["stallwatch-gpu-input-starved"]) == {(stack.instance, "0", "input_starved")}
     assert firing(stack, rules["stallwatch-gpu-hung"]) == {(stack.instance, "2", "idle_no_progress")}
+
+
+def test_run_dashboard_shows_each_rank_with_its_verdict(stack):
+    seen = {r["metric"].get("__name__", ""): float(r["value"][1])
+            for ref in ("A", "B") for r in instant(stack, "Ranks seen", "stallwatch-run.json", ref)}
+    assert seen == {"run:stallwatch_ranks_seen:count": 3, "run:stallwatch_world_size:max": 3}
+    utilization = {r["metric"]["rank"]: float(r["value"][1]) for r in instant(stack, "Ranks", "stallwatch-run.json", "A")}
+    assert set(utilization) == {"0", "1", "2"} and utilization["1"] > 0.8 > utilization["0"], utilization
+    p = panel("Ranks", "stallwatch-run.json")
+    names = next(o for o in p["fieldConfig"]["overrides"] if o["matcher"]["options"] == "Value #D")
+    names = next(x["value"][0]["options"] for x in names["properties"] if x["id"] == "mappings")
+    verdicts = {r["metric"]["rank"]: names[str(int(float(r["value"][1])))]["text"]
+                for r in instant(stack, "Ranks", "stallwatch-run.json", "D")}
+    assert verdicts == {"0": "stalled", "1": "healthy", "2": "stalled"}
+    # Nobody holds this run back: its GPUs are not busy enough for a straggler.
+    roles = {r["metric"]["rank"]: float(r["value"][1]) for r in instant(stack, "Ranks", "stallwatch-run.json", "C")}
+    assert roles == {"0": 0, "1": 0, "2": 0}
+    [state] = instant(stack, "State", "stallwatch-run.json")
+    assert float(state["value"][1]) == 0  # healthy

@@ -166,6 +166,19 @@ def test_a_job_in_the_container_is_seen_through_the_stand_in_nvml(box):
     assert m.value("stallwatch_process_gpu_memory_bytes", pid=str(job), comm="sleep") == 8 * 2**30
     # The job belongs to root: reading its io counters needs both capabilities.
     assert m.value("stallwatch_source_errors_total", source="proc_job") == 0
+    # Its stacks are read by the contained reader, which starts under the
+    # unit's sandbox (seccomp filter, capabilities, no new privileges), limits
+    # itself and reads: `sleep` is no Python process, and it says so.
+    status, body = box.http(f"/api/v1/stacks/{job}?seconds=0.5")
+    report = json.loads(body)
+    assert status == 200 and report["outcome"] == "not_python", body
+    main = int(props(box, "MainPID")["MainPID"])
+    children = box.sh(f"cat /proc/{main}/task/*/children").split()
+    reader = next(int(c) for c in children if box.sh(f"cat /proc/{c}/comm").strip() == "stallwatch-read")
+    limits = box.sh(f"cat /proc/{reader}/limits")
+    data = next(line for line in limits.splitlines() if line.startswith("Max data size"))
+    assert data.split()[3:5] == [str(64 * 2**20)] * 2, limits
+    assert proc_status(box, reader)["Uid"].split()[0] == proc_status(box, main)["Uid"].split()[0]
 
 
 def test_journal_lines_carry_priorities_and_no_escape_codes(box):

@@ -20,6 +20,7 @@ from test_prometheus import wait_query
 
 DEPLOY = ROOT / "deploy" / "prometheus"
 RULES = DEPLOY / "stallwatch.rules.yml"
+RUN_RULES = DEPLOY / "stallwatch.runs.yml"
 UNIT_TESTS = sorted((DEPLOY / "tests").glob("*.yml"))
 
 # Shared with the Grafana dashboards: names and expressions must not drift.
@@ -35,6 +36,8 @@ CONTRACT = {
 }
 # Alerts about the host or stallwatch itself, not about one GPU and its job.
 HOST_ALERTS = {"StallwatchDown", "StallwatchTargetsAbsent", "StallwatchNVMLDown", "StallwatchNVMLStale", "StallwatchSamplesStale"}
+# Alerts about a whole run, not one of its GPUs.
+RUN_ALERTS = {"StallwatchRunStalled", "StallwatchRunRanksMissing"}
 
 
 def promtool(*args):
@@ -43,8 +46,12 @@ def promtool(*args):
     return subprocess.run([binary, *args], capture_output=True, text=True, timeout=120)
 
 
-def rules():
-    return [r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]]
+def groups(*paths):
+    return [g for p in paths or (RULES, RUN_RULES) for g in yaml.safe_load(p.read_text())["groups"]]
+
+
+def rules(*paths):
+    return [r for g in groups(*paths) for r in g["rules"]]
 
 
 def alerts():
@@ -72,9 +79,10 @@ def anchors(doc):
 
 
 def test_rules_pass_promtool_check():
-    r = promtool("check", "rules", "--lint=all", "--lint-fatal", str(RULES))
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert f"SUCCESS: {len(rules())} rules found" in r.stdout
+    for path in (RULES, RUN_RULES):
+        r = promtool("check", "rules", "--lint=all", "--lint-fatal", str(path))
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert f"SUCCESS: {len(rules(path))} rules found" in r.stdout
 
 
 def test_promtool_unit_tests_pass():
@@ -85,7 +93,8 @@ def test_promtool_unit_tests_pass():
 
 
 def test_recording_rules_are_the_dashboards_contract():
-    recorded = {r["record"]: squash(r["expr"]) for r in rules() if "record" in r}
+    (shared,) = [g for g in groups() if g["name"] == "stallwatch.rules"]
+    recorded = {r["record"]: squash(r["expr"]) for r in shared["rules"] if "record" in r}
     assert recorded == {name: squash(expr) for name, expr in CONTRACT.items()}
 
 
@@ -112,7 +121,7 @@ def test_alerts_carry_severity_gpu_job_hint_and_runbook():
         assert "for" in a, f"{name}: say how long, even 0s"
         for key in ("summary", "description", "hint", "runbook_url"):
             assert ann.get(key), f"{name}: no {key}"
-        if name not in HOST_ALERTS:
+        if name not in HOST_ALERTS | RUN_ALERTS:
             assert "jobs" in ann and "stallwatch_process_gpu_memory_bytes" in ann["jobs"], name
             assert "{{ $labels.uuid }}" in ann["description"] or name == "StallwatchHostMemoryPressure", name
             assert ann["evidence"] == "http://{{ $labels.instance }}:9847/api/v1/status", name
@@ -144,7 +153,10 @@ def test_example_configs_are_valid():
     assert r.returncode == 0, r.stdout + r.stderr
     # The full config loads the rules file it ships with.
     config = yaml.safe_load((DEPLOY / "prometheus.yml").read_text())
-    assert config["rule_files"] == ["stallwatch.rules.yml"]
+    assert config["rule_files"] == ["stallwatch.rules.yml", "stallwatch.runs.yml"]
+    # The global Prometheus evaluates the run rules, once, where every cluster's ranks meet.
+    federate = yaml.safe_load((DEPLOY / "prometheus-federate.yml").read_text())
+    assert federate["rule_files"] == ["stallwatch.runs.yml"]
     assert [j["job_name"] for j in config["scrape_configs"]] == ["stallwatch"]
 
 
@@ -152,7 +164,7 @@ def test_remote_write_keeps_what_the_rules_read():
     agent = yaml.safe_load((DEPLOY / "prometheus-agent.yml").read_text())
     (keep,) = [c for c in agent["remote_write"][0]["write_relabel_configs"] if c["action"] == "keep"]
     kept = re.compile(keep["regex"])
-    text = RULES.read_text()
+    text = RULES.read_text() + RUN_RULES.read_text()
     read = set(re.findall(r"(?<![:\w])stallwatch_[a-z_]+", text)) | {"up"}
     # Only a hint names the pinned thread; without it the hint says "one thread".
     read -= {"stallwatch_job_top_thread_cpu_ratio"}
@@ -167,9 +179,13 @@ def test_federation_matches_every_recording_rule():
     (job,) = config["scrape_configs"]
     (by_name,) = [m for m in job["params"]["match[]"] if "__name__=~" in m]
     regex = re.compile(re.search(r'__name__=~"(.+?)"', by_name).group(1))
-    for r in rules():
+    # What the clusters record is federated; the run rules are evaluated on it globally.
+    for r in rules(RULES):
         if "record" in r:
             assert regex.fullmatch(r["record"]), r["record"]
+    for r in rules(RUN_RULES):
+        for name in re.findall(r"\binstance_[a-z_]+:stallwatch_[a-z_:0-9]+", r["expr"]):
+            assert regex.fullmatch(name) and name in {x.get("record") for x in rules()}, name
     assert not regex.fullmatch("stallwatch_gpu_verdict")
 
 
@@ -186,7 +202,7 @@ def prometheus_with_rules(tmp_path):
         config = yaml.safe_load((DEPLOY / "prometheus.yml").read_text())
         config["global"].update(scrape_interval="1s", scrape_timeout="900ms", evaluation_interval="1s")
         del config["alerting"]
-        config["rule_files"] = [str(RULES)]
+        config["rule_files"] = [str(RULES), str(RUN_RULES)]
         (job,) = config["scrape_configs"]
         job.pop("file_sd_configs")
         job.update(scrape_timeout="900ms", static_configs=[{"targets": [target]}])

@@ -39,6 +39,13 @@ BOUND = {
     # The next sample after the Xid, which waits up to 1.5 s (not scaled) for its kernel line.
     "gpu_fault": 20,
 }
+# Hangs whose stacks stand still (every simulated hang: the main thread waits on a lock or
+# sleeps in the kernel, the map threads on a full queue) are confirmed by the stacks
+# (diagnosis.hang_confirmation): reads at 20, 40 and 60 s of silence, then the kind's 30 s
+# enter time; the bound is the target, 2 minutes. The bursts themselves are not scaled (1 s
+# each, and the first read of a process makes its spy, up to 2 s): CONFIRM_BURSTS_S more.
+CONFIRMED = {"busy_no_progress": 120, "idle_no_progress": 120}
+CONFIRM_BURSTS_S = 6.0
 # The kernel's PSI avg10 is a real 10 s average, whatever the scale.
 PSI_LAG = {"cpu_saturated": 12, "io_bound": 12, "host_memory_pressure": 12}
 # The daemon samples 4 times a second so scaled windows hold enough samples.
@@ -94,6 +101,101 @@ def events_since(d, after):
     code, _, body = d.get(f"/api/v1/events?after={after}&limit=1000")
     assert code == 200, body
     return json.loads(body)["events"]
+
+
+# The words of the job's framework, per scenario: (words every start event's hint must hold,
+# words none may hold). A PyTorch job is never told of tf.data, a tf.data job never of
+# num_workers, and the simulated jobs (no framework loaded) of neither.
+TORCH_WORDS, TF_WORDS = ("tf.data", "cache("), ("num_workers", "DataLoader")
+PLAIN = ((), TORCH_WORDS + TF_WORDS)
+HINT_WORDS = {
+    "torch_loader_inline": (("num_workers=0",), TORCH_WORDS),
+    "torch_loader_one_worker": (("num_workers",), TORCH_WORDS),
+    "torch_main_deadlock": (("Stuck at ",), TORCH_WORDS), "torch_worker_hung": (("Stuck at ",), TORCH_WORDS),
+    "tfdata_starved": ((), TF_WORDS), "tfdata_input_bound": (("tf.data",), TF_WORDS),
+    "tfdata_cache_memory": ((), TF_WORDS),
+    "input_starved": PLAIN, "input_bound_steady": PLAIN, "single_thread_bound": PLAIN,
+}
+
+
+def hint_problems(name, events):
+    need, never = HINT_WORDS[name]
+    problems = []
+    for e in events:
+        if e["phase"] != "start":
+            continue
+        problems += [f"{e['kind']} hint lacks {w!r}: {e['hint']}" for w in need if w not in e["hint"]]
+        problems += [f"{e['kind']} hint names {w!r}: {e['hint']}" for w in never if w in e["hint"]]
+    return problems
+
+
+# The job's own phases: the scenario's GPU must have counted time in this phase (a phase the
+# daemon never saw would make a scenario without stalls pass for nothing).
+PHASES = {"torch_compile": "compiling"}
+
+
+def phase_problems(d, name):
+    phase = PHASES[name]
+    seconds = d.metrics().value("stallwatch_gpu_phase_seconds_total", gpu="0", phase=phase)
+    return [] if seconds and seconds > 0 else [f"no time counted in the phase {phase}: {seconds}"]
+
+
+# Hangs named by their stacks: the start event's evidence.stuck must hold these words (the
+# place and line, what the thread waits on) and its line be the hung line of the job's code.
+STUCK = {
+    "torch_main_deadlock": ("idle_no_progress", ["deadlock (torch_loader.py:"], "with lock:"),
+    "torch_worker_hung": ("idle_no_progress", ["DataLoader", "run (torch_loader.py:"], "next(batches)"),
+}
+
+
+def stuck_problems(name, events):
+    kind, words, code = STUCK[name]
+    start = next((e for e in events if e["phase"] == "start" and e["kind"] == kind), None)
+    if start is None:
+        return []  # reported with the labels
+    stuck = start["evidence"].get("stuck")
+    if not stuck:
+        return [f"{kind} fired without evidence.stuck: {start['evidence']}"]
+    text = f"{stuck['place']} {stuck.get('waiting_on', '')}"
+    problems = [f"evidence.stuck does not name {w!r}: {stuck}" for w in words if w not in text]
+    line = re.search(r"\(torch_loader\.py:(\d+)\)", stuck["place"])
+    if not line or code not in source_line("torch_loader.py", int(line.group(1))):
+        problems.append(f"evidence.stuck's line is not at {code!r}: {stuck['place']}")
+    return problems
+
+
+# The PyTorch scenarios' stacks: the kinds that carry them, the names their summary holds (the
+# user's chain from the helper up to __getitem__), and the framework they name.
+TORCH_STACKS = {
+    "torch_loader_inline": (("input_bound",), ("smooth_pixels", "decode_image", "__getitem__")),
+    "torch_loader_one_worker": (("single_thread_bound",), ("smooth_pixels", "decode_image", "__getitem__")),
+}
+
+
+def torch_stack_problems(d, name, started):
+    kinds, names = TORCH_STACKS[name]
+    problems = []
+    for kind in kinds:
+        if (kind, 0) not in started:
+            continue  # its absence is reported with the labels
+        deadline = started[(kind, 0)] + STACK_WAIT_S
+        evidence = {}
+        while time.monotonic() < deadline:
+            evidence = active_evidence(d).get((kind, 0), {})
+            if "stacks" in evidence:
+                break
+            time.sleep(0.5)
+        stacks = evidence.get("stacks") or {}
+        if stacks.get("outcome") != "sampled":
+            problems.append(f"{kind}: no sampled stacks: {stacks or sorted(evidence)}")
+            continue
+        problems += [f"{kind}: the stacks' summary does not name {n}: {stacks['summary']!r}"
+                     for n in names if n not in stacks["summary"]]
+        if stacks.get("framework") != "pytorch":
+            problems.append(f"{kind}: the stacks name framework {stacks.get('framework')!r}")
+        if (evidence.get("framework") or {}).get("name") != "pytorch":
+            problems.append(f"{kind}: evidence.framework is {evidence.get('framework')}")
+    return problems
 
 
 # Python stack evidence: the daemon samples a stalled job's Python stacks (py-spy) and puts
@@ -228,7 +330,9 @@ def test_scenario(name, daemon_factory, tmp_path):
         d.start(args=("--record-frames", str(frames)))
         labels = run.labels
         slack = 3.0  # sampling, the simulator's 1 s utilization window, scheduling
-        deadlines = [l.onset_s + BOUND[l.kind] * SCALE + PSI_LAG.get(l.kind, 0) + slack for l in labels]
+        deadlines = [l.onset_s + PSI_LAG.get(l.kind, 0) + slack
+                     + (CONFIRMED[l.kind] * SCALE + CONFIRM_BURSTS_S if l.kind in CONFIRMED
+                        else BOUND[l.kind] * SCALE) for l in labels]
         # Stop early once every label fired and the longest window has passed
         # again (to see that nothing else fires); healthy runs go the distance.
         settle = 130 * SCALE + 5
@@ -248,6 +352,10 @@ def test_scenario(name, daemon_factory, tmp_path):
             started[key] = time.monotonic()
         if name in STACKS:  # while the job still runs
             stack_check = check_stacks(d, run, STACKS[name], started, events)
+        if name in TORCH_STACKS:
+            stack_check = torch_stack_problems(d, name, started)
+        if name in PHASES:
+            stack_check = phase_problems(d, name)
         assert not run.errors, run.errors
         if name in PLACES and any(e["kind"] == PLACES[name][0] for e in events):
             check_places(d, name)
@@ -276,6 +384,10 @@ def test_scenario(name, daemon_factory, tmp_path):
             report["unexpected"].append({"kind": e["kind"], "gpu": e["gpu"], "at_s": rel(e)})
             problems.append(f"unexpected {e['kind']} on GPU {e['gpu']} at {rel(e):.1f}s: {e['evidence']}")
     problems += stack_check
+    if name in HINT_WORDS:
+        problems += hint_problems(name, events)
+    if name in STUCK:
+        problems += stuck_problems(name, events)
     if name in STACKS:
         report["stack_problems"] = stack_check
     RESULTS.parent.mkdir(parents=True, exist_ok=True)

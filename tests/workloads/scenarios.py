@@ -93,6 +93,18 @@ def tf_job(*args, **spec):
                    modules=TF, **spec)
 
 
+# Real PyTorch DataLoaders (torch_loader.py, torch on CPU): ready batches until the onset, then a
+# DataLoader over a Dataset whose __getitem__ decodes JPEGs with PIL (decode_image) and smooths
+# them in a per-pixel Python loop (smooth_pixels). Importing torch takes 2-5 s.
+TORCH = ("torch", "PIL")
+
+
+def torch_job(*args, **spec):
+    return JobSpec("train", ["--gpu-memory-gib", "60", "--onset-s", str(ONSET), "--loop-pixels", "180",
+                             "--step-kernel", "0.035", "--log-every-s", "5", *args],
+                   script="torch_loader.py", prepare=True, modules=TORCH, **spec)
+
+
 SCENARIOS = {s.name: s for s in [
     Scenario("healthy_steady", "a well-fed job: GPU ~95% busy, steady logging",
              [JobSpec("train", HEALTHY)], [], 600),
@@ -138,9 +150,10 @@ SCENARIOS = {s.name: s for s in [
              [JobSpec("train", HEALTHY + ["--spin-after-s", str(ONSET)])],
              [Label("spinning", ONSET), Label("busy_no_progress", ONSET)], 900),
     Scenario("spinning", "a Hopper GPU with GPM: healthy, then a collective that waits forever: "
-             "100% util, a few SMs polling (3%), no tensor or memory traffic, low power, no output",
+             "100% util, a few SMs polling (3%), no tensor or memory traffic, low power, no output "
+             "(its threads stand still: busy_no_progress confirmed by the stacks)",
              [JobSpec("train", HEALTHY + ["--spin-after-s", str(ONSET)])],
-             [Label("spinning", ONSET)], 450, gpus=[GpuSpec(gpm=True)]),
+             [Label("spinning", ONSET), Label("busy_no_progress", ONSET)], 450, gpus=[GpuSpec(gpm=True)]),
     Scenario("launch_bound", "a Hopper GPU with GPM: kernels on a fifth of the SMs back to back: "
              "utilization ~95% but SM activity ~17%, while the job logs steadily (a finding)",
              [JobSpec("train", HEALTHY + ["--sm-share", "0.2"])],
@@ -186,11 +199,31 @@ SCENARIOS = {s.name: s for s in [
              [tf_job("--after", "starved", "--onset-s", str(ONSET), "--after-step-kernel", "0.02")],
              [Label("input_starved", ONSET), Label("single_thread_bound", ONSET)], 360),
     Scenario("tfdata_input_bound", "tf.data: then a serial tf-native map of 512px JPEGs, no "
-             "prefetch, optimisations off: ~58 ms of CPU per batch of 16, 35 ms steps, GPU a steady "
-             "~38% (less on a loaded host)",
-             [tf_job("--after", "serial", "--onset-s", str(ONSET), "--after-batch-size", "16",
+             "prefetch, optimisations off: 70-115 ms of CPU per batch of 32 (fast to slow host), "
+             "35 ms steps, GPU a steady ~23-33% (less on a loaded host), well under input_bound's 50%",
+             [tf_job("--after", "serial", "--onset-s", str(ONSET), "--after-batch-size", "32",
                      "--after-step-kernel", "0.035")],
              [Label("input_bound", ONSET)], 450),
+    Scenario("torch_loader_inline", "PyTorch: then DataLoader(num_workers=0): __getitem__ (PIL "
+             "decode, a per-pixel Python loop) runs in the training process, ~80 ms a batch of 32 "
+             "(the main thread ~70% of a core), 35 ms steps: GPU ~30% (up to ~40% on a faster host)",
+             [torch_job("--workers", "0", "--batch-size", "32")], [Label("input_bound", ONSET)], 330),
+    Scenario("torch_loader_one_worker", "PyTorch: then DataLoader(num_workers=1): its one worker "
+             "process (pt_data_worker) is pinned at a full core, ~140 ms a batch of 56, 35 ms "
+             "steps: GPU ~25%",
+             [torch_job("--workers", "1", "--batch-size", "56")],
+             [Label("input_bound", ONSET), Label("single_thread_bound", ONSET)], 330),
+    Scenario("torch_main_deadlock", "PyTorch: then the training loop deadlocks on a lock a helper "
+             "thread keeps: GPU idle, CPU ~0, no output; its stacks stand still",
+             [torch_job("--hang", "main")], [Label("idle_no_progress", ONSET)], 480),
+    Scenario("torch_worker_hung", "PyTorch: then DataLoader(num_workers=1) whose one worker blocks "
+             "forever in __getitem__ (a shard read that never completes): the loop waits for its "
+             "batch, GPU idle, no output",
+             [torch_job("--hang", "worker", "--workers", "1")], [Label("idle_no_progress", ONSET)], 480),
+    Scenario("torch_compile", "PyTorch: then torch.compile warms up (Dynamo, Inductor building C++ "
+             "for the CPU): the GPU idles while one thread burns a core, as if starved, then steps "
+             "run through the compiled model: the phase `compiling`, no stall",
+             [torch_job("--compile", "once")], [], 330),
     Scenario("tfdata_cache_memory", "tf.data: then cache() in memory fills the job's 768 MiB "
              "memory cgroup to 128 MiB below its limit (~430 MiB of images, full at ~190-210 s); "
              "then a thread rewrites a 512 MiB checkpoint file: reclaim waits on writeback "
@@ -216,7 +249,7 @@ def unavailable_reason(scenario, workdir, python=sys.executable):
         for module in job.modules:
             if missing_module(module, python):
                 return (f"Python module {module} is not installed for {python} "
-                        "(scripts/install-test-deps installs tests/requirements-tfdata.txt into tests/.venv)")
+                        "(scripts/install-test-deps installs tests/requirements-*.txt into tests/.venv)")
         if job.memory_limit_mib and (reason := cgroups.available("memory")):
             return reason
         if job.read_mib_per_s or job.write_mib_per_s:

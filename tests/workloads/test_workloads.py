@@ -38,8 +38,15 @@ def scenario(tmp_path):
         assert not run.errors, run.errors
         for job in run.jobs.values():
             assert job.popen.returncode == 0, (job.spec.name, job.stderr_path.read_text())
-            assert job.stderr_path.read_text() == "", job.stderr_path.read_text()
+            assert _unexpected(job.stderr_path.read_text()) == [], job.stderr_path.read_text()
         assert not any(_alive(pid) for pid in run.pids()), "processes left behind"
+
+
+def _unexpected(stderr):
+    """The job's stderr lines, less TensorFlow's start-up notices: its C++
+    logging prints them before it reads TF_CPP_MIN_LOG_LEVEL."""
+    startup = ("WARNING: All log messages before absl::InitializeLog()", "oneDNN custom operations")
+    return [line for line in stderr.splitlines() if not any(s in line for s in startup)]
 
 
 def _alive(pid):
@@ -289,5 +296,5 @@ def test_tfdata_serial_map_holds_the_gpu_at_a_steady_mid_utilization(scenario):
     t = run.elapsed()
     run.sleep_until(t + 6.0)
     util = run.utilization(since=t + 1.0)
-    assert 0.15 < mean(util) < 0.5, util
+    assert 0.1 < mean(util) < 0.45, util  # room under input_bound.max_mean on a faster host
     assert sum(u < 0.05 for u in util) / len(util) < 0.1, util  # steady: (almost) no idle samples

@@ -65,6 +65,11 @@ impl Collector {
     }
 }
 
+/// Now, in seconds since the epoch.
+pub fn unix_now() -> f64 {
+    unix_seconds(SystemTime::now())
+}
+
 pub fn unix_seconds(t: SystemTime) -> f64 {
     t.duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs_f64())

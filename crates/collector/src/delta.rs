@@ -154,6 +154,11 @@ fn job_processes(job: &JobSample) -> impl Iterator<Item = &ProcessSample> {
     std::iter::once(&job.leader).chain(job.descendants.iter())
 }
 
+/// The names PyTorch gives a DataLoader's worker processes and its
+/// pin-memory thread (`torch.multiprocessing._set_thread_name`).
+const DATA_LOADER_WORKER: &str = "pt_data_worker";
+const PIN_MEMORY_THREAD: &str = "pt_data_pin";
+
 fn derive_job(
     before: Option<(&JobSample, &JobSnapshot)>,
     job: &JobSample,
@@ -205,6 +210,18 @@ fn derive_job(
         start_time_seconds: job.leader.start_time_seconds,
         gpus: job.gpus.clone(),
         attribution: job.attribution.clone(),
+        rank: job.rank.clone(),
+        frameworks: job.frameworks,
+        data_loader_workers: job
+            .descendants
+            .iter()
+            .filter(|p| p.comm == DATA_LOADER_WORKER)
+            .count() as u32,
+        pin_memory_thread: job
+            .leader
+            .threads
+            .iter()
+            .any(|t| t.name == PIN_MEMORY_THREAD),
         processes: 1 + job.descendants.len() as u32,
         threads,
         cpu_seconds_total: totals.cpu_seconds,

@@ -190,6 +190,12 @@ pub struct JobSample {
     /// Its descendants, with their threads.
     pub descendants: Vec<ProcessSample>,
     pub attribution: Attribution,
+    /// Its distributed run and rank, from the launcher's variables.
+    #[serde(default)]
+    pub rank: crate::proc::rank::RankRead,
+    /// The ML frameworks whose libraries the leader has mapped.
+    #[serde(default)]
+    pub frameworks: crate::proc::libraries::Frameworks,
     /// Size of the regular files behind the leader's fd 1 and fd 2, when they
     /// are regular files.
     pub stdout_bytes: Option<u64>,

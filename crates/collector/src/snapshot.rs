@@ -152,6 +152,19 @@ pub struct JobSnapshot {
     pub start_time_seconds: f64,
     pub gpus: Vec<u32>,
     pub attribution: Attribution,
+    /// Its distributed run and rank, from the launcher's variables.
+    #[serde(default)]
+    pub rank: crate::proc::rank::RankRead,
+    /// The ML frameworks whose libraries the leader has mapped.
+    #[serde(default)]
+    pub frameworks: crate::proc::libraries::Frameworks,
+    /// PyTorch DataLoader worker processes among the job's descendants
+    /// (named `pt_data_worker` by PyTorch), and whether the leader runs the
+    /// DataLoader's pin-memory thread (`pt_data_pin`).
+    #[serde(default)]
+    pub data_loader_workers: u32,
+    #[serde(default)]
+    pub pin_memory_thread: bool,
     /// Processes in the job, leader included.
     pub processes: u32,
     pub threads: ThreadStates,

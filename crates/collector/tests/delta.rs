@@ -43,6 +43,8 @@ fn job(leader: ProcessSample, descendants: Vec<ProcessSample>) -> JobSample {
         leader,
         descendants,
         attribution: Attribution::default(),
+        rank: Default::default(),
+        frameworks: Default::default(),
         stdout_bytes: Some(100),
         stderr_bytes: None,
         output_modified_seconds: Some(900.0),

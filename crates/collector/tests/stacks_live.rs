@@ -67,7 +67,9 @@ fn reads_the_hot_function_of_a_python_thread_without_directories() {
     let job = python_job(&secret);
     let pid = job.0.id();
     let mut reader = StackReader::new("/proc");
-    let burst = reader.burst(pid, options(1500)).expect("stacks read");
+    let burst = reader
+        .burst(pid, options(1500), |_| {})
+        .expect("stacks read");
     assert!(
         burst.python_version.starts_with('3'),
         "{}",
@@ -115,7 +117,7 @@ fn reads_the_hot_function_of_a_python_thread_without_directories() {
     assert!(!text.contains("alice-secret-project") && !text.contains(dir.path().to_str().unwrap()));
     // The spy is kept for the next burst, and dropped once the process is gone.
     assert_eq!(reader.spies(), 1);
-    assert!(reader.burst(pid, options(200)).is_ok());
+    assert!(reader.burst(pid, options(200), |_| {}).is_ok());
     assert_eq!(reader.spies(), 1);
     drop(job);
     reader.prune();
@@ -127,7 +129,7 @@ fn a_program_that_is_not_python_says_so() {
     let sleeper = Kill(Command::new("sleep").arg("30").spawn().unwrap());
     std::thread::sleep(Duration::from_millis(100));
     let mut reader = StackReader::new("/proc");
-    match reader.burst(sleeper.0.id(), options(200)) {
+    match reader.burst(sleeper.0.id(), options(200), |_| {}) {
         Err(Unavailable::NotPython(why)) => assert!(why.contains("not a Python process"), "{why}"),
         other => panic!("expected NotPython, got {other:?}"),
     }
@@ -140,7 +142,7 @@ fn a_process_that_exited_says_so() {
     let pid = child.id();
     child.wait().unwrap();
     let mut reader = StackReader::new("/proc");
-    match reader.burst(pid, options(200)) {
+    match reader.burst(pid, options(200), |_| {}) {
         Err(Unavailable::Exited(why)) => assert!(why.contains("exited"), "{why}"),
         other => panic!("expected Exited, got {other:?}"),
     }
@@ -153,14 +155,16 @@ fn a_process_exiting_mid_burst_keeps_what_was_read() {
     let pid = job.0.id();
     let mut reader = StackReader::new("/proc");
     // The spy is made first, so the burst below starts reading at once.
-    reader.burst(pid, options(100)).expect("a first read");
+    reader
+        .burst(pid, options(100), |_| {})
+        .expect("a first read");
     let killer = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(600));
         let _ = job.0.kill();
         let _ = job.0.wait();
     });
     let burst = reader
-        .burst(pid, options(3000))
+        .burst(pid, options(3000), |_| {})
         .expect("reads before the exit are kept");
     killer.join().unwrap();
     assert!(burst.exited);

@@ -53,6 +53,8 @@ config_struct!(
         hang_min: Duration = secs(600),
         #[serde(with = "humantime_serde")]
         hang_max: Duration = secs(3600),
+        hang_confirmation: HangConfirmation = HangConfirmation::default(),
+        phases: JobPhases = JobPhases::default(),
         input_starved: InputStarved = InputStarved::default(),
         input_bound: InputBound = InputBound::default(),
         single_thread_bound: SingleThreadBound = SingleThreadBound::default(),
@@ -70,6 +72,55 @@ config_struct!(
         gpu_fault: GpuFault = GpuFault::default(),
     }
 );
+
+config_struct!(
+    /// The no-progress kinds without waiting for the hang time: a job silent
+    /// while its GPU idles or spins is read in short bursts, and when every
+    /// Python thread stands at the same place in `reads` reads, `interval`
+    /// apart, it is stuck.
+    HangConfirmation {
+        enabled: bool = true,
+        /// Silence before the first read.
+        #[serde(with = "humantime_serde")]
+        after: Duration = secs(20),
+        /// Time between reads.
+        #[serde(with = "humantime_serde")]
+        interval: Duration = secs(20),
+        /// Reads that must agree (2 to 16).
+        reads: u32 = 3,
+    }
+);
+
+config_struct!(
+    /// The job's own phases (compiling, checkpointing, the DataLoader's
+    /// start-up), named from its stacks: while one lasts a normal time, the
+    /// stall kinds it explains hold back and its GPU-time is counted.
+    JobPhases {
+        enabled: bool = true,
+        /// Time between the short reads that find a phase, while a stall
+        /// kind's condition holds.
+        #[serde(with = "humantime_serde")]
+        interval: Duration = secs(20),
+        /// Longest normal compilation, checkpoint and DataLoader start-up.
+        #[serde(with = "humantime_serde")]
+        compiling_max: Duration = secs(600),
+        #[serde(with = "humantime_serde")]
+        checkpointing_max: Duration = secs(300),
+        #[serde(with = "humantime_serde")]
+        data_loader_startup_max: Duration = secs(300),
+        /// Largest normal share of the last hour spent compiling or
+        /// checkpointing (more: recompilations, checkpoints too frequent).
+        max_share: f64 = 0.1,
+    }
+);
+
+/// The hang confirmation's times, scaled by `time_scale`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Confirming {
+    pub after: f64,
+    pub interval: f64,
+    pub reads: u32,
+}
 
 config_struct!(
     /// GPU almost always idle while the job's pipeline works.
@@ -557,6 +608,31 @@ impl DiagnosisConfig {
         self.scaled(self.warmup)
     }
 
+    /// The phases' limits, scaled, when phases are enabled.
+    pub fn phase_limits(&self) -> Option<crate::phase::Limits> {
+        let p = &self.phases;
+        p.enabled.then(|| crate::phase::Limits {
+            interval: self.scaled(p.interval).max(crate::phase::MIN_INTERVAL),
+            max_for: [
+                self.scaled(p.compiling_max),
+                self.scaled(p.checkpointing_max),
+                self.scaled(p.data_loader_startup_max),
+            ],
+            max_share: p.max_share,
+            hour: self.scaled(Duration::from_secs(3600)),
+        })
+    }
+
+    /// The hang confirmation, when enabled.
+    pub fn confirming(&self) -> Option<Confirming> {
+        let c = &self.hang_confirmation;
+        c.enabled.then(|| Confirming {
+            after: self.scaled(c.after),
+            interval: self.scaled(c.interval),
+            reads: c.reads,
+        })
+    }
+
     pub fn hang_bounds(&self) -> (f64, f64) {
         (self.scaled(self.hang_min), self.scaled(self.hang_max))
     }
@@ -610,6 +686,10 @@ impl DiagnosisConfig {
         ratio("idle_below", self.idle_below)?;
         ratio("busy_above", self.busy_above)?;
         ratio("baseline_above", self.baseline_above)?;
+        ratio("phases.max_share", self.phases.max_share)?;
+        if self.phases.interval.is_zero() {
+            return Err("`diagnosis.phases.interval` must be more than 0".to_owned());
+        }
         if !(self.time_scale > 0.0 && self.time_scale.is_finite()) {
             return Err(format!(
                 "`diagnosis.time_scale` must be greater than 0, got {}",
@@ -621,6 +701,15 @@ impl DiagnosisConfig {
         }
         if self.hang_multiplier < 1.0 {
             return Err("`diagnosis.hang_multiplier` must be at least 1".to_owned());
+        }
+        if !(2..=16).contains(&self.hang_confirmation.reads) {
+            return Err(format!(
+                "`diagnosis.hang_confirmation.reads` must be between 2 and 16, got {}",
+                self.hang_confirmation.reads
+            ));
+        }
+        if self.hang_confirmation.interval.is_zero() {
+            return Err("`diagnosis.hang_confirmation.interval` must be more than 0".to_owned());
         }
         if self.events_capacity == 0 {
             return Err("`diagnosis.events_capacity` must be at least 1".to_owned());
@@ -644,6 +733,27 @@ impl DiagnosisConfig {
             ("warmup", self.warmup_seconds()),
             ("hang_min", hang_min),
             ("hang_max", hang_max),
+            (
+                "hang_confirmation.after",
+                self.scaled(self.hang_confirmation.after),
+            ),
+            (
+                "hang_confirmation.interval",
+                self.scaled(self.hang_confirmation.interval),
+            ),
+            ("phases.interval", self.scaled(self.phases.interval)),
+            (
+                "phases.compiling_max",
+                self.scaled(self.phases.compiling_max),
+            ),
+            (
+                "phases.checkpointing_max",
+                self.scaled(self.phases.checkpointing_max),
+            ),
+            (
+                "phases.data_loader_startup_max",
+                self.scaled(self.phases.data_loader_startup_max),
+            ),
             ("leftover_process.idle_for", self.leftover_idle_seconds()),
             ("gpu_fault.fault_for", self.fault_seconds().0),
             ("gpu_fault.job_gone", self.fault_seconds().1),
@@ -675,6 +785,18 @@ impl DiagnosisConfig {
         c.warmup = self.warmup.mul_f64(self.time_scale);
         c.hang_min = self.hang_min.mul_f64(self.time_scale);
         c.hang_max = self.hang_max.mul_f64(self.time_scale);
+        let confirmation = &mut c.hang_confirmation;
+        confirmation.after = confirmation.after.mul_f64(self.time_scale);
+        confirmation.interval = confirmation.interval.mul_f64(self.time_scale);
+        let phases = &mut c.phases;
+        for d in [
+            &mut phases.interval,
+            &mut phases.compiling_max,
+            &mut phases.checkpointing_max,
+            &mut phases.data_loader_startup_max,
+        ] {
+            *d = d.mul_f64(self.time_scale);
+        }
         // Each kind's window, enter and exit times shrink together, just
         // enough for window + enter time to fit the budget.
         let fit = |window: &mut Duration, enter: &mut Duration, exit: &mut Duration| {

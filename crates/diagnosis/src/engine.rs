@@ -5,11 +5,13 @@ use std::cell::{Cell, OnceCell};
 use std::collections::VecDeque;
 
 use crate::config::DiagnosisConfig;
+use crate::confirm::Confirmation;
 use crate::detect::{Ctx, UtilizationCache, detect};
 use crate::evidence::{Evidence, FaultEvidence};
 use crate::frame::{Frame, GpuFrame, JobFrame};
 use crate::hint::hint;
 use crate::hysteresis::{Episode, Transition};
+use crate::phase::Phases;
 use crate::processes;
 use crate::report::{job_status, make_event, primary_job};
 use crate::stacks::StackReport;
@@ -65,6 +67,16 @@ struct GpuState {
     last_job: Option<(JobRef, f64)>,
     /// The fault behind an active gpu_fault episode, for the hang kinds.
     fault: Option<FaultEvidence>,
+    /// The confirming reads of the GPU's job, and whether one is due.
+    confirm: Confirmation,
+    confirm_due: bool,
+    /// The job's own phases, and whether a short read to find one is due.
+    phases: Phases,
+    phase_due: bool,
+    /// The phase at the latest frame, for the status.
+    phase: Option<crate::phase::PhaseStatus>,
+    /// Since when a stall kind's condition has held (a phase may explain it).
+    stall_since: Option<f64>,
 }
 
 impl GpuState {
@@ -88,6 +100,12 @@ impl GpuState {
             stacks: None,
             last_job: None,
             fault: None,
+            confirm: Confirmation::default(),
+            confirm_due: false,
+            phases: Phases::default(),
+            phase_due: false,
+            phase: None,
+            stall_since: None,
         }
     }
 
@@ -241,6 +259,36 @@ impl Engine {
         }
         state.history.push(point, config.history_seconds() + 1.0);
 
+        // The job the confirming reads follow: the one an event would name.
+        let primary =
+            primary_job(gpu, &warmed).and_then(|r| warmed.iter().find(|j| j.pid == r.pid));
+        let followed = primary.map(|j| (j.pid, j.start_time));
+        // An orphan (its parent gone, adopted by init) idle at its GPU is
+        // the leftover rule's to judge (`leftover_process.idle_for`), not a
+        // hang to confirm.
+        state
+            .confirm
+            .follow(followed.filter(|_| primary.is_some_and(|j| j.ppid != 1)));
+        state.phases.follow(followed);
+        let phase_limits = config.phase_limits();
+        if let Some(l) = &phase_limits {
+            state.phases.current(t, l);
+        }
+        let phase = phase_limits
+            .as_ref()
+            .and_then(|l| state.phases.status(t, l));
+        // A phase of normal length holds back the stall kinds it explains.
+        // So does a read asked for that has not come back yet.
+        let phase_holds = phase.as_ref().is_some_and(|p| !p.unusual)
+            || (phase_limits.is_some()
+                && state
+                    .stall_since
+                    .is_some_and(|since| state.phases.awaiting(t, since)));
+        let mut stall_looking = false;
+        let confirming = config.confirming();
+        let stuck = confirming
+            .zip(silent)
+            .and_then(|(c, s)| state.confirm.stuck(t, s, c.reads, c.interval));
         let mut ctx = Ctx {
             config,
             t,
@@ -250,6 +298,8 @@ impl Engine {
             history: &state.history,
             silent_seconds: silent,
             hang_seconds: hang,
+            stuck,
+            hang_shape: Cell::new(false),
             power_baseline: median(&state.busy_power)
                 .filter(|_| state.busy_power.len() >= BASELINE_SAMPLES),
             leftovers,
@@ -273,6 +323,15 @@ impl Engine {
             let was_active = state.episodes[i].is_active();
             ctx.active.set(was_active);
             let mut finding = detect(kind, &ctx);
+            if was_active || finding.condition.enter {
+                finding.evidence.framework = crate::framework::evidence(&ctx.jobs, ctx.host);
+                if kind.yields_to_phase() {
+                    finding.evidence.phase = phase.clone().filter(|p| p.unusual);
+                }
+            }
+            if kind.yields_to_phase() && finding.condition.enter {
+                stall_looking = true;
+            }
             if kind.wants_stacks() {
                 finding.evidence.stacks.clone_from(&state.stacks);
             }
@@ -291,6 +350,7 @@ impl Engine {
             } else {
                 (true, false)
             };
+            let allowed = allowed && !(phase_holds && kind.yields_to_phase());
             let transition = state.episodes[i].update(
                 t,
                 finding.condition,
@@ -325,6 +385,39 @@ impl Engine {
             }
         }
 
+        let no_progress = Kind::ALL.iter().enumerate().any(|(i, k)| {
+            matches!(k, Kind::BusyNoProgress | Kind::IdleNoProgress)
+                && state.episodes[i].is_active()
+        });
+        state.stall_since = if stall_looking {
+            state.stall_since.or(Some(t))
+        } else {
+            None
+        };
+        if let Some(l) = &phase_limits {
+            if stall_looking {
+                state.phases.count(t, dt, l);
+            }
+            // Read while a stall kind's condition holds: to hold it back,
+            // and to follow the phase (its end, its cost) once reported.
+            // (not once the job is found hung: a hang is no phase).
+            state.phase_due = stall_looking
+                && !no_progress
+                && ctx.stuck.is_none()
+                && state.phases.wanted(t, l.interval);
+        } else {
+            state.phase_due = false;
+        }
+        state.phase = phase;
+        state.confirm_due = match (confirming, silent) {
+            (Some(c), Some(s)) => {
+                ctx.hang_shape.get()
+                    && !no_progress
+                    && ctx.stuck.is_none()
+                    && state.confirm.wanted(t, s, c.after, c.interval)
+            }
+            _ => false,
+        };
         if !Kind::ALL
             .iter()
             .enumerate()
@@ -384,6 +477,8 @@ impl Engine {
                 history: &state.history,
                 silent_seconds: None,
                 hang_seconds: 0.0,
+                stuck: None,
+                hang_shape: Cell::new(false),
                 power_baseline: None,
                 leftovers: Vec::new(),
                 sharers: Vec::new(),
@@ -428,6 +523,46 @@ impl Engine {
         } else {
             state.fault = None;
         }
+    }
+
+    /// The GPUs whose job a short read of its stacks is due for, as (GPU
+    /// index, uuid, pid), after the latest frame: to confirm a hang (a
+    /// silent job whose GPU looks hung) or to find the job's phase (a stall
+    /// kind's condition holds). The caller reads (a short burst of every
+    /// thread), says so with [`Engine::short_read_asked`], and hands the
+    /// report to [`Engine::attach_short_read`].
+    pub fn short_reads_due(&self) -> Vec<(u32, String, u32)> {
+        self.gpus
+            .iter()
+            .filter(|s| s.confirm_due || s.phase_due)
+            .filter_map(|s| Some((s.index, s.uuid.clone(), s.phases.job_pid()?)))
+            .collect()
+    }
+
+    /// A short read of `gpu`'s job was asked for at `t`.
+    pub fn short_read_asked(&mut self, gpu: u32, uuid: &str, t: f64) {
+        if let Some(s) = self.gpu_mut(gpu, uuid) {
+            if s.confirm_due {
+                s.confirm.asked(t);
+            }
+            s.phases.asked(t);
+            s.confirm_due = false;
+            s.phase_due = false;
+        }
+    }
+
+    /// A short read of `gpu`'s job, taken when the report says.
+    pub fn attach_short_read(&mut self, gpu: u32, uuid: &str, report: &StackReport) {
+        if let Some(s) = self.gpu_mut(gpu, uuid) {
+            s.confirm.add(report.pid, report.time, report);
+            s.phases.add(report.pid, report.time, report);
+        }
+    }
+
+    fn gpu_mut(&mut self, gpu: u32, uuid: &str) -> Option<&mut GpuState> {
+        self.gpus
+            .iter_mut()
+            .find(|s| s.index == gpu && (uuid.is_empty() || s.uuid == uuid))
     }
 
     /// Attaches a stack report to the GPU's active episodes that want stacks
@@ -502,6 +637,11 @@ impl Engine {
                     .collect(),
                 jobs: s.jobs.clone(),
                 job_idle_seconds_total: s.job_idle_seconds_total,
+                phase: s.phase.clone(),
+                phase_seconds_total: crate::phase::JobPhase::ALL
+                    .into_iter()
+                    .map(|p| (p, s.phases.seconds_total[p as usize]))
+                    .collect(),
                 kinds: Kind::ALL
                     .iter()
                     .enumerate()

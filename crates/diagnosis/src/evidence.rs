@@ -78,6 +78,14 @@ pub struct Evidence {
     /// The hang time used for this job, seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hang_seconds: Option<f64>,
+    /// No-progress kinds named before the hang time: where the job's
+    /// stacks stood in every confirming read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stuck: Option<crate::confirm::Stuck>,
+    /// The job's own phase that lasted too long or took too large a share
+    /// of the last hour (a stall kind it would otherwise explain).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<crate::phase::PhaseStatus>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub power_watts: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -108,6 +116,10 @@ pub struct Evidence {
     /// job, for the no-progress kinds), sampled when the episode started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stacks: Option<crate::stacks::StackReport>,
+    /// The job's framework as its libraries and process names tell it
+    /// (the stacks' own answer is in `stacks.framework`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub framework: Option<crate::framework::FrameworkEvidence>,
 }
 
 /// What a GPU fault was and what to do about it.

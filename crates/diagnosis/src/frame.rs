@@ -110,6 +110,12 @@ pub struct JobFrame {
     pub gpus: Vec<u32>,
     #[serde(default)]
     pub attribution: Attribution,
+    /// Its distributed run and rank, from the launcher's variables.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<RunRank>,
+    /// Why launcher variables made no rank (malformed, unreadable).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_unknown: Option<String>,
     pub processes: u32,
     /// CPU used over the last interval by all the job's processes, in cores.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -135,6 +141,36 @@ pub struct JobFrame {
     /// unreadable): its silence is not evidence of a hang.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub output_unknown: bool,
+    /// What the job's libraries and process names say of its framework.
+    #[serde(default)]
+    pub framework: JobFramework,
+}
+
+/// The framework signs of one job, as the collector saw them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct JobFramework {
+    /// Frameworks whose libraries the GPU-holding process has mapped.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub loaded: Vec<crate::framework::Framework>,
+    /// Its PyTorch DataLoader worker processes (`pt_data_worker`).
+    #[serde(default)]
+    pub data_loader_workers: u32,
+    /// It runs the DataLoader's pin-memory thread (`pt_data_pin`).
+    #[serde(default)]
+    pub pin_memory_thread: bool,
+}
+
+/// A job's place in a distributed run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunRank {
+    /// Equal on every rank of one run.
+    pub run: String,
+    pub rank: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_rank: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub world_size: Option<u32>,
+    pub launcher: String,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

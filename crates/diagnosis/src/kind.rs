@@ -104,6 +104,21 @@ impl Kind {
         )
     }
 
+    /// Stall kinds a job's own phase (compiling, checkpointing, the
+    /// DataLoader's start-up) explains while it lasts a normal time.
+    pub fn yields_to_phase(self) -> bool {
+        matches!(
+            self,
+            Kind::InputStarved
+                | Kind::InputBound
+                | Kind::SingleThreadBound
+                | Kind::CpuSaturated
+                | Kind::IoBound
+                | Kind::BusyNoProgress
+                | Kind::IdleNoProgress
+        )
+    }
+
     /// Whether its stacks should show every thread (where each one waits)
     /// rather than the busy work.
     pub fn stacks_focus(self) -> crate::stacks::Focus {

@@ -4,13 +4,16 @@
 //! driven by a scripted sequence of frames.
 
 pub mod config;
+pub mod confirm;
 mod detect;
 pub mod engine;
 pub mod evidence;
 pub mod frame;
+pub mod framework;
 pub mod hint;
 pub mod hysteresis;
 pub mod kind;
+pub mod phase;
 mod processes;
 mod report;
 pub mod stacks;

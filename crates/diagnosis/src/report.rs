@@ -52,6 +52,8 @@ pub fn job_status(job: &JobFrame, gpu: &GpuFrame, t: f64, warmup: f64) -> JobSta
         pid: job.pid,
         comm: job.comm.clone(),
         attribution: job.attribution.clone(),
+        run: job.run.clone(),
+        run_unknown: job.run_unknown.clone(),
         start_time: job.start_time,
         warming_up: t - job.start_time < warmup,
         cpu_cores: job.cpu_cores.map(round),

@@ -58,6 +58,12 @@ pub enum Outcome {
     Failed,
     /// Asked for on demand, of a process that is no GPU job's.
     NotWatched,
+    /// A read met a budget before it could keep anything (the job's
+    /// structures are too large, loop, or took too long to read).
+    OverBudget,
+    /// Not read: a read of this process failed or met a budget a short
+    /// while ago, and it is read again only after a back-off.
+    BackedOff,
 }
 
 /// The stacks of one process over a burst, as carried in evidence.
@@ -79,6 +85,10 @@ pub struct StackReport {
     pub samples: u32,
     #[serde(default)]
     pub dropped: u32,
+    /// Budgets the reads met (`frames`, `thread_cycle`, `read_time`, ...):
+    /// what was kept is cut to them, or the burst ended there.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub limits: Vec<String>,
     /// One line for logs and reports.
     pub summary: String,
     /// The most frequent places across the process's running threads.
@@ -90,6 +100,17 @@ pub struct StackReport {
     pub busy_threads: Option<u32>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub threads: Vec<ThreadStacks>,
+    /// The framework most of the installed frames read belong to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub framework: Option<crate::framework::Framework>,
+    /// An interactive kernel (Jupyter's `ipykernel` in a stack): waiting
+    /// for its user is not a hang.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub interactive: bool,
+    /// The job's own phase the reads show (compiling, checkpointing, the
+    /// DataLoader's start-up), when at least half of them do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<crate::phase::JobPhase>,
 }
 
 /// A place in the code: the leaf frame and the first frame in the user's
@@ -110,10 +131,23 @@ pub struct HotSpot {
     pub user_file: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_line: Option<u32>,
+    /// The user's own frames that called it, innermost first: the run of
+    /// the user's frames right above the leaf (or above `user_function`),
+    /// up to [`CALLERS_KEPT`] in all with it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub callers: Vec<Caller>,
     /// Reads in which it was seen, and their share of all reads (of the
     /// thread's reads, for a thread's own list).
     pub samples: u32,
     pub share: f64,
+}
+
+/// One of the user's own frames above a hot place.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Caller {
+    pub function: String,
+    pub file: String,
+    pub line: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -134,6 +168,9 @@ pub struct ThreadStacks {
     pub top: Vec<HotSpot>,
 }
 
+/// The user's own frames shown for a place: the one it runs under and up
+/// to two of its callers.
+pub const CALLERS_KEPT: usize = 3;
 /// Places listed per report and per thread, and threads per report.
 const HOT_KEPT: usize = 3;
 const THREADS_KEPT: usize = 8;
@@ -156,9 +193,13 @@ pub fn unavailable(pid: u32, outcome: Outcome, detail: String, time: f64) -> Sta
         duration_seconds: 0.0,
         samples: 0,
         dropped: 0,
+        limits: Vec::new(),
         hot: Vec::new(),
         busy_threads: None,
         threads: Vec::new(),
+        framework: None,
+        interactive: false,
+        phase: None,
     }
 }
 
@@ -179,6 +220,20 @@ struct Place {
     /// deeper inside it.
     entry: Option<CodeFrame>,
     user: Option<CodeFrame>,
+    /// The user's frames right above the leaf (a user's leaf) or above
+    /// `user`, innermost first.
+    callers: Vec<CodeFrame>,
+}
+
+/// The run of the user's own frames that starts at `frames[0]`, at most
+/// `n` of them.
+fn user_run(frames: &[CodeFrame], n: usize) -> Vec<CodeFrame> {
+    frames
+        .iter()
+        .take_while(|f| !f.library)
+        .take(n)
+        .cloned()
+        .collect()
 }
 
 impl Place {
@@ -189,6 +244,7 @@ impl Place {
                 leaf,
                 entry: None,
                 user: None,
+                callers: user_run(&frames[1..], CALLERS_KEPT - 1),
             });
         }
         let user_at = frames.iter().position(|f| !f.library);
@@ -196,7 +252,15 @@ impl Place {
             .filter(|at| *at > 1)
             .map(|at| frames[at - 1].clone());
         let user = user_at.map(|at| frames[at].clone());
-        Some(Place { leaf, entry, user })
+        let callers = user_at
+            .map(|at| user_run(&frames[at + 1..], CALLERS_KEPT - 1))
+            .unwrap_or_default();
+        Some(Place {
+            leaf,
+            entry,
+            user,
+            callers,
+        })
     }
 
     /// The place without its line numbers: a loop's lines count as one
@@ -210,6 +274,7 @@ impl Place {
             leaf: unlined(&self.leaf),
             entry: self.entry.as_ref().map(unlined),
             user: self.user.as_ref().map(unlined),
+            callers: self.callers.iter().map(unlined).collect(),
         }
     }
 
@@ -222,6 +287,15 @@ impl Place {
             user_function: self.user.as_ref().map(|u| u.function.clone()),
             user_file: self.user.as_ref().map(|u| u.file.clone()),
             user_line: self.user.as_ref().map(|u| u.line),
+            callers: self
+                .callers
+                .iter()
+                .map(|c| Caller {
+                    function: c.function.clone(),
+                    file: c.file.clone(),
+                    line: c.line,
+                })
+                .collect(),
             samples,
             share: round(samples as f64 / of.max(1) as f64),
         }
@@ -247,21 +321,27 @@ fn display_function(f: &CodeFrame) -> String {
     }
 }
 
-/// `PIL.ImageFile.load <- PIL.Image.open <- decode_image (data.py:42)`, or
-/// `decode_image (data.py:42)` when the leaf is the user's own code.
+/// `PIL.ImageFile.load <- PIL.Image.open <- decode_image (data.py:42) <-
+/// __getitem__ (data.py:57)`, or `resize (data.py:30) <- decode_image
+/// (data.py:42)` when the leaf is the user's own code.
 pub fn describe_spot(s: &HotSpot) -> String {
     let via = s
         .via
         .as_ref()
         .map(|v| format!(" <- {v}"))
         .unwrap_or_default();
+    let callers: String = s
+        .callers
+        .iter()
+        .map(|c| format!(" <- {} ({}:{})", c.function, c.file, c.line))
+        .collect();
     match (&s.user_function, &s.user_file) {
         (Some(uf), Some(file)) => format!(
-            "{}{via} <- {uf} ({file}:{})",
+            "{}{via} <- {uf} ({file}:{}){callers}",
             s.function,
             s.user_line.unwrap_or(0)
         ),
-        _ => format!("{}{via} ({}:{})", s.function, s.file, s.line),
+        _ => format!("{}{via} ({}:{}){callers}", s.function, s.file, s.line),
     }
 }
 
@@ -489,10 +569,19 @@ pub fn aggregate(burst: &Burst, focus: Focus) -> StackReport {
         duration_seconds: round(burst.duration_seconds),
         samples: reads,
         dropped: burst.dropped,
+        limits: Vec::new(),
         summary: String::new(),
         hot: hot_spots,
         busy_threads: busy_threads.filter(|n| *n > 0),
         threads: thread_stacks,
+        framework: crate::framework::of_reads(burst.reads),
+        interactive: burst
+            .reads
+            .iter()
+            .flatten()
+            .flat_map(|t| t.frames.iter())
+            .any(|f| f.library && f.file.starts_with("ipykernel/")),
+        phase: crate::phase::of_reads(burst.reads),
     };
     report.summary = summarize(&report, focus);
     report

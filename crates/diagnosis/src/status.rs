@@ -57,6 +57,10 @@ pub struct JobStatus {
     pub comm: String,
     #[serde(default)]
     pub attribution: Attribution,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<crate::frame::RunRank>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_unknown: Option<String>,
     pub start_time: f64,
     pub warming_up: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -88,6 +92,13 @@ pub struct GpuStatus {
     pub jobs: Vec<JobStatus>,
     /// Seconds in which a job held the GPU while it was idle.
     pub job_idle_seconds_total: f64,
+    /// The job's own phase now (compiling, checkpointing, the DataLoader's
+    /// start-up), found in its stacks while its GPU looked stalled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<crate::phase::PhaseStatus>,
+    /// GPU-seconds the GPU waited on each phase since the daemon started.
+    #[serde(default)]
+    pub phase_seconds_total: BTreeMap<crate::phase::JobPhase, f64>,
     /// Counters for every kind.
     pub kinds: BTreeMap<Kind, KindCounters>,
 }

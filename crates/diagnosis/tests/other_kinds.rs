@@ -3,6 +3,7 @@
 mod script;
 
 use diagnosis::frame::Frame;
+use diagnosis::framework::Framework;
 use diagnosis::{DiagnosisConfig, Kind, Phase, Verdict};
 use script::*;
 
@@ -152,16 +153,35 @@ fn host_memory_pressure_enters_and_leaves_with_hysteresis() {
     assert_eq!(run.engine.status()[0].verdict, Verdict::Healthy);
 }
 
-#[test]
-fn gpu_memory_full_is_reported_with_the_preallocation_hint() {
+fn full_gpu_of(framework: Framework) -> Run {
     let mut run = Run::default();
     run.feed(0, 100, |t| {
-        let mut f = frame(t, 0.9, vec![job(100, 1.0, 0.5)]);
+        let mut j = job(100, 1.0, 0.5);
+        j.framework.loaded = vec![framework];
+        let mut f = frame(t, 0.9, vec![j]);
         f.gpus[0].memory_used_bytes = Some(79 * GIB + GIB / 2);
         f
     });
-    assert_eq!(run.starts(Kind::GpuMemoryFull), vec![30.0]);
-    assert!(run.events[0].hint.contains("TF_FORCE_GPU_ALLOW_GROWTH"));
+    run
+}
+
+#[test]
+fn gpu_memory_full_is_reported_with_the_frameworks_own_allocator_hint() {
+    let tf = full_gpu_of(Framework::Tensorflow);
+    assert_eq!(tf.starts(Kind::GpuMemoryFull), vec![30.0]);
+    let hint = &tf.events[0].hint;
+    assert!(
+        hint.contains("TF_FORCE_GPU_ALLOW_GROWTH") && !hint.contains("torch"),
+        "{hint}"
+    );
+    let torch = full_gpu_of(Framework::Pytorch);
+    let hint = &torch.events[0].hint;
+    assert!(
+        hint.contains("expandable_segments") && !hint.contains("TF_"),
+        "{hint}"
+    );
+    let framework = torch.events[0].evidence.framework.as_ref().unwrap();
+    assert_eq!(framework.name, Some(Framework::Pytorch));
 }
 
 #[test]

@@ -103,7 +103,8 @@ fn the_hot_place_names_the_library_call_and_the_users_line_with_its_share() {
     assert_eq!((top.samples, top.share), (174, 0.87));
     assert_eq!(
         r.summary,
-        "PIL.ImageFile.ImageFile.load <- PIL.Image.open <- decode_image (data.py:42) in 87% of 200 samples"
+        "PIL.ImageFile.ImageFile.load <- PIL.Image.open <- decode_image (data.py:42) \
+         <- <module> (train.py:10) in 87% of 200 samples"
     );
     assert_eq!(r.hot[1].function, "loop");
     // The main thread is not running: it is listed with what it waits on.
@@ -140,7 +141,7 @@ fn gil_bound_work_hopping_between_pool_threads_is_one_place_on_several_threads()
     assert_eq!(r.busy_threads, Some(3));
     assert!(
         r.summary
-            .starts_with("py_func (pipeline.py:17) in 100% of 90 samples"),
+            .starts_with("py_func (pipeline.py:17) <- <module> (train.py:3) in 100% of 90 samples"),
         "{}",
         r.summary
     );
@@ -204,6 +205,58 @@ fn describing_a_place_in_the_users_own_code_names_file_and_line() {
     let r = report(&reads, Focus::Busy);
     assert_eq!(describe_spot(&r.hot[0]), "spin (train.py:9)");
     assert_eq!(r.hot[0].via, None);
+}
+
+/// A helper of the user's, under two more of the user's functions, under
+/// the framework's loader, under the user's training loop.
+fn helper_chain() -> Vec<CodeFrame> {
+    vec![
+        lib("asarray", "numpy/core/_asarray.py", 10),
+        own("resize_pixels", "data.py", 30),
+        own("decode_image", "data.py", 42),
+        own("__getitem__", "data.py", 57),
+        own("extra_user_frame", "data.py", 70),
+        lib("fetch", "torch/utils/data/_utils/fetch.py", 52),
+        own("train", "train.py", 101),
+    ]
+}
+
+#[test]
+fn a_hot_place_shows_the_users_own_chain_above_it_three_deep() {
+    let reads = vec![vec![thread(1, 'R', true, helper_chain())]];
+    let r = report(&reads, Focus::Busy);
+    assert_eq!(
+        describe_spot(&r.hot[0]),
+        "numpy.core._asarray.asarray <- resize_pixels (data.py:30) <- decode_image (data.py:42) \
+         <- __getitem__ (data.py:57)"
+    );
+    // The leaf in the user's own code: it and two callers.
+    let reads = vec![vec![thread(1, 'R', true, helper_chain()[1..].to_vec())]];
+    let r = report(&reads, Focus::Busy);
+    assert_eq!(
+        describe_spot(&r.hot[0]),
+        "resize_pixels (data.py:30) <- decode_image (data.py:42) <- __getitem__ (data.py:57)"
+    );
+    assert_eq!(r.framework, Some(diagnosis::framework::Framework::Pytorch));
+    // The run of the user's frames ends at the framework's: the training
+    // loop below the loader is not part of the chain.
+    let reads = vec![vec![thread(1, 'R', true, helper_chain()[3..].to_vec())]];
+    let r = report(&reads, Focus::Busy);
+    assert_eq!(
+        describe_spot(&r.hot[0]),
+        "__getitem__ (data.py:57) <- extra_user_frame (data.py:70)"
+    );
+}
+
+#[test]
+fn a_jupyter_kernel_is_known_as_interactive() {
+    let kernel = vec![
+        lib("select", "selectors.py", 468),
+        lib("Kernel.dispatch_queue", "ipykernel/kernelbase.py", 520),
+    ];
+    let r = report(&[vec![thread(1, 'S', false, kernel)]], Focus::AllThreads);
+    assert!(r.interactive);
+    assert!(!report(&[vec![thread(1, 'R', true, pil())]], Focus::Busy).interactive);
 }
 
 #[test]
@@ -356,6 +409,6 @@ fn the_lines_of_one_loop_count_as_one_function_shown_at_its_busiest_line() {
     );
     assert_eq!(
         r.summary,
-        "decode_image (pyjob.py:29) in 100% of 10 samples"
+        "decode_image (pyjob.py:29) <- spinner (pyjob.py:35) in 100% of 10 samples"
     );
 }

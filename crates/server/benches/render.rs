@@ -123,6 +123,8 @@ fn job(j: u32, tf: f64) -> JobSample {
             pod_uid: Some(format!("1b4e28ba-2fa1-11d2-883f-0016d3cca42{j}")),
             slurm_job_id: None,
         },
+        rank: Default::default(),
+        frameworks: Default::default(),
         stdout_bytes: Some(10_000 + tf as u64 * 100),
         stderr_bytes: Some(500),
         output_modified_seconds: Some(1_700_000_000.0 + tf),

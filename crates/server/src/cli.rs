@@ -31,6 +31,67 @@ pub enum Command {
     /// Sample a Python process's stacks for a while and say where each
     /// thread spends its time (exit 0: read, 1: not readable, 2: error).
     Stacks(StacksArgs),
+    /// One answer per distributed run, from the fleet's Prometheus: which rank
+    /// holds it back, and why (exit 0: every run healthy, 1: a run has a
+    /// straggler, stalls or hangs, 2: error).
+    Fleet(FleetArgs),
+    /// The contained reader of jobs' Python stacks, started by the other
+    /// commands; not for use by hand.
+    #[command(hide = true)]
+    StackReader(ReaderArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct FleetArgs {
+    /// Only this run (as in `stallwatch_job_rank_info{run}`).
+    pub run: Option<String>,
+    /// The Prometheus that evaluates the run rules (deploy/prometheus/stallwatch.runs.yml).
+    #[arg(long, value_name = "URL")]
+    pub prometheus: String,
+    /// Basic auth user for Prometheus (with --password-file).
+    #[arg(long, value_name = "USER")]
+    pub user: Option<String>,
+    /// File holding the basic auth password.
+    #[arg(long, value_name = "PATH")]
+    pub password_file: Option<PathBuf>,
+    /// PEM CA certificates to verify Prometheus and the daemons over https.
+    #[arg(long, value_name = "PATH")]
+    pub ca_file: Option<PathBuf>,
+    /// PEM client certificate (with --key-file), for servers that require one.
+    #[arg(long, value_name = "PATH")]
+    pub cert_file: Option<PathBuf>,
+    /// PEM key of the client certificate.
+    #[arg(long, value_name = "PATH")]
+    pub key_file: Option<PathBuf>,
+    /// Port of the daemons, asked for a culprit's own evidence (its hint and
+    /// Python stacks) at `instance`.
+    #[arg(long, value_name = "PORT", default_value_t = 9847)]
+    pub daemon_port: u16,
+    /// Scheme of the daemons: http or https.
+    #[arg(long, value_name = "SCHEME", default_value = "http")]
+    pub daemon_scheme: String,
+    /// Do not ask the culprits' daemons.
+    #[arg(long)]
+    pub no_daemons: bool,
+    /// Longest wait for one answer.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ReaderArgs {
+    /// Where `/proc` is.
+    #[arg(long, value_name = "PATH")]
+    pub root: PathBuf,
+    /// Heap the reader may use (`RLIMIT_DATA`), in bytes.
+    #[arg(long, value_name = "BYTES")]
+    pub memory_bytes: u64,
+    /// CPU time the reader may use over its life (`RLIMIT_CPU`), in seconds.
+    #[arg(long, value_name = "SECONDS")]
+    pub cpu_seconds: u64,
 }
 
 #[derive(Debug, Clone, Args)]

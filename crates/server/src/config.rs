@@ -181,6 +181,24 @@ pub struct StacksConfig {
     /// Longest burst `/api/v1/stacks/<pid>` may ask for.
     #[serde(with = "humantime_serde")]
     pub max_on_demand: Duration,
+    /// Answer `/api/v1/stacks/<pid>` to any client; by default only to
+    /// loopback clients and, with a web config, to clients it authenticates.
+    pub allow_remote: bool,
+    /// Longest a read may take before the stack reader is stopped.
+    #[serde(with = "humantime_serde")]
+    pub read_timeout: Duration,
+    /// Longest the first read of a process may take (it maps the
+    /// interpreter's binaries and reads their symbols).
+    #[serde(with = "humantime_serde")]
+    pub spy_timeout: Duration,
+    /// Heap the stack reader may use, in MiB.
+    pub reader_memory_mib: u64,
+    /// Python threads kept from one read.
+    pub max_threads: usize,
+    /// Frames kept per thread (the leaf-most).
+    pub max_frames: usize,
+    /// Characters kept of a function or file name.
+    pub max_name_chars: usize,
 }
 
 impl Default for StacksConfig {
@@ -190,11 +208,43 @@ impl Default for StacksConfig {
             rate: 20.0,
             duration: Duration::from_secs(10),
             max_on_demand: Duration::from_secs(30),
+            allow_remote: false,
+            read_timeout: Duration::from_millis(250),
+            spy_timeout: Duration::from_secs(2),
+            reader_memory_mib: 64,
+            max_threads: 256,
+            max_frames: 512,
+            max_name_chars: 256,
         }
     }
 }
 
 impl StacksConfig {
+    /// What the stack reader may use, and how long it is waited for.
+    pub fn reader_limits(&self) -> crate::contained::ReaderLimits {
+        crate::contained::ReaderLimits {
+            memory_bytes: self.reader_memory_mib << 20,
+            read_timeout: self.read_timeout,
+            spy_timeout: self.spy_timeout,
+            ..crate::contained::ReaderLimits::default()
+        }
+    }
+
+    /// What one read and one burst may keep.
+    pub fn budgets(&self) -> collector::stacks::Budgets {
+        collector::stacks::Budgets {
+            threads: self.max_threads,
+            frames: self.max_frames,
+            name_chars: self.max_name_chars,
+            ..collector::stacks::Budgets::default()
+        }
+    }
+
+    /// A reader of stacks with these settings.
+    pub fn reader(&self, root: &Path) -> crate::contained::ContainedReader {
+        crate::contained::ContainedReader::new(root, self.reader_limits(), self.budgets())
+    }
+
     fn validate(&self) -> Result<(), (&'static str, &'static str)> {
         if !(0.1..=200.0).contains(&self.rate) {
             return Err((
@@ -209,6 +259,30 @@ impl StacksConfig {
             if value < Duration::from_millis(100) || value > Duration::from_secs(600) {
                 return Err((key, "must be between 100ms and 10m"));
             }
+        }
+        if self.read_timeout < Duration::from_millis(10)
+            || self.read_timeout > Duration::from_secs(10)
+        {
+            return Err(("stacks.read_timeout", "must be between 10ms and 10s"));
+        }
+        if self.spy_timeout < Duration::from_millis(100)
+            || self.spy_timeout > Duration::from_secs(60)
+        {
+            return Err(("stacks.spy_timeout", "must be between 100ms and 1m"));
+        }
+        if !(16..=4096).contains(&self.reader_memory_mib) {
+            return Err(("stacks.reader_memory_mib", "must be between 16 and 4096"));
+        }
+        for (key, value) in [
+            ("stacks.max_threads", self.max_threads),
+            ("stacks.max_frames", self.max_frames),
+        ] {
+            if !(1..=4096).contains(&value) {
+                return Err((key, "must be between 1 and 4096"));
+            }
+        }
+        if !(16..=4096).contains(&self.max_name_chars) {
+            return Err(("stacks.max_name_chars", "must be between 16 and 4096"));
         }
         Ok(())
     }

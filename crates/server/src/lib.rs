@@ -6,6 +6,8 @@ pub mod api;
 pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod contained;
+pub mod fleet;
 pub mod http;
 pub mod logging;
 pub mod metrics;

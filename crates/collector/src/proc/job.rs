@@ -10,7 +10,7 @@ use super::open_files::{Kind, OpenFiles};
 use super::read::Buffer;
 use super::stat::{StatFields, parse_io, parse_schedstat, parse_stat};
 use super::tasks::{Activity, Tasks};
-use super::{ProcReader, cgroup, job_value, output};
+use super::{ProcReader, cgroup, job_value, libraries, output, rank};
 use crate::sample::{ErrorCounts, JobSample, ProcessId, ProcessSample, ThreadSample};
 
 /// What the job reader keeps from one sample to the next.
@@ -18,6 +18,8 @@ use crate::sample::{ErrorCounts, JobSample, ProcessId, ProcessSample, ThreadSamp
 pub(super) struct Memory {
     pub children: ChildrenCache,
     pub attributions: cgroup::Attributions,
+    pub ranks: rank::Ranks,
+    pub libraries: libraries::Libraries,
     pub files: OpenFiles,
     pub tasks: Tasks,
     /// Threads' CPU time and run counts come from `schedstat` (a real procfs
@@ -107,6 +109,8 @@ impl Walk<'_> {
                 .unwrap_or_default()
         });
         let root = self.reader.root();
+        let rank = memory.ranks.get(root, pid, leader.id.start_ticks);
+        let frameworks = memory.libraries.get(root, pid, leader.id.start_ticks);
         let output = unless_exited(&dir, self.errors, self.buf, |e, _| {
             output::read_output(root, pid, e)
         });
@@ -116,6 +120,8 @@ impl Walk<'_> {
             leader,
             descendants,
             attribution,
+            rank,
+            frameworks,
             stdout_bytes: output.stdout_bytes,
             stderr_bytes: output.stderr_bytes,
             output_modified_seconds: output.modified_seconds,

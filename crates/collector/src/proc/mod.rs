@@ -12,8 +12,10 @@ mod cgroup;
 mod children;
 mod host;
 mod job;
+pub mod libraries;
 mod open_files;
 mod output;
+pub mod rank;
 mod read;
 mod stat;
 mod tasks;
@@ -106,6 +108,8 @@ impl ProcReader {
         memory.files.begin();
         memory.tasks.begin();
         memory.attributions.begin();
+        memory.ranks.begin();
+        memory.libraries.begin();
         let jobs = job::read_jobs(self, holders, errors, &mut memory);
         self.memory = memory;
         jobs

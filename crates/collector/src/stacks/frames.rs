@@ -28,10 +28,19 @@ pub fn shown_file(filename: &str, short: Option<&str>) -> String {
     }
 }
 
-pub fn frame(f: &py_spy::Frame) -> RawFrame {
+/// At most `chars` characters of `name`.
+fn prefix(name: &str, chars: usize) -> String {
+    match name.char_indices().nth(chars) {
+        Some((at, _)) => name[..at].to_owned(),
+        None => name.to_owned(),
+    }
+}
+
+/// py-spy's frame as it may be shown, names at most `chars` characters.
+pub fn frame(f: &py_spy::Frame, chars: usize) -> RawFrame {
     RawFrame {
-        function: f.name.clone(),
-        file: shown_file(&f.filename, f.short_filename.as_deref()),
+        function: prefix(&f.name, chars),
+        file: prefix(&shown_file(&f.filename, f.short_filename.as_deref()), chars),
         line: u32::try_from(f.line).unwrap_or(0),
         library: is_library(&f.filename),
     }

@@ -7,12 +7,14 @@
 //! line numbers; never locals, arguments, command lines or directories.
 
 mod access;
+pub mod budget;
 mod frames;
 mod reader;
 pub mod tids;
 
 pub use access::in_jobs;
-pub use reader::StackReader;
+pub use budget::{Budgets, Limit};
+pub use reader::{StackReader, start_ticks};
 
 /// One Python frame, as it may be shown.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,6 +51,9 @@ pub struct Sampled {
     pub dropped: u32,
     /// The process exited before the burst's end.
     pub exited: bool,
+    /// Budgets a read met (what it kept is cut to them), or that ended the
+    /// burst early.
+    pub limits: std::collections::BTreeSet<Limit>,
 }
 
 /// Why a process's stacks cannot be read, each with a sentence saying so.
@@ -59,6 +64,8 @@ pub enum Unavailable {
     FreeThreaded(String),
     NoPermission(String),
     Exited(String),
+    /// A read met a budget before it could keep anything.
+    OverBudget(Limit, String),
     Failed(String),
 }
 
@@ -70,6 +77,7 @@ impl Unavailable {
             | Unavailable::FreeThreaded(s)
             | Unavailable::NoPermission(s)
             | Unavailable::Exited(s)
+            | Unavailable::OverBudget(_, s)
             | Unavailable::Failed(s) => s,
         }
     }

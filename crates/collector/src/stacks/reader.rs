@@ -8,6 +8,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use py_spy::config::LockingStrategy;
 use py_spy::{Config, PythonSpy, StackTrace};
 
+use super::budget::{self, Budgets, Found, Limit};
 use super::tids::TidMap;
 use super::{BurstOptions, RawThread, Sampled, Unavailable, access, frames};
 
@@ -21,6 +22,7 @@ struct Spy {
 pub struct StackReader {
     root: PathBuf,
     spies: HashMap<u32, Spy>,
+    budgets: Budgets,
 }
 
 /// `comm`, state and start time (clock ticks since boot) from a
@@ -38,6 +40,32 @@ fn parse_stat(text: &str) -> Option<(String, char, u64)> {
 
 fn read_stat(path: &Path) -> Option<(String, char, u64)> {
     parse_stat(&std::fs::read_to_string(path).ok()?)
+}
+
+/// `pid`'s start time (clock ticks since boot), while it runs.
+pub fn start_ticks(root: &Path, pid: u32) -> Option<u64> {
+    read_stat(&root.join(pid.to_string()).join("stat"))
+        .filter(|(_, state, _)| *state != 'Z')
+        .map(|(_, _, start)| start)
+}
+
+/// The limit behind one of py-spy's own walk limits, if `e` is one: a
+/// thread list longer than 4,096 entries in a process with fewer tasks than
+/// that loops back on itself.
+fn walk_limit(e: &anyhow::Error, root: &Path, pid: u32) -> Option<Limit> {
+    let text = format!("{e:#}");
+    if text.contains("Max thread recursion depth reached") {
+        let tasks = std::fs::read_dir(root.join(pid.to_string()).join("task"))
+            .map(|d| d.take(4097).count())
+            .unwrap_or(0);
+        return Some(if tasks <= 4096 {
+            Limit::ThreadCycle
+        } else {
+            Limit::Threads
+        });
+    }
+    text.contains("Max frame recursion depth reached")
+        .then_some(Limit::Frames)
 }
 
 fn now_seconds() -> f64 {
@@ -58,7 +86,13 @@ impl StackReader {
         StackReader {
             root: root.into(),
             spies: HashMap::new(),
+            budgets: Budgets::default(),
         }
+    }
+
+    /// Reads from now on are cut to `budgets` (the defaults otherwise).
+    pub fn set_budgets(&mut self, budgets: Budgets) {
+        self.budgets = budgets;
     }
 
     pub fn root(&self) -> &Path {
@@ -85,6 +119,9 @@ impl StackReader {
             .is_none_or(|(_, state, _)| state == 'Z');
         if gone {
             return access::exited(pid, comm);
+        }
+        if let Some(limit) = walk_limit(e, &self.root, pid) {
+            return Unavailable::OverBudget(limit, over_walk(limit, pid, comm));
         }
         if let Some(at) = text.find("Unsupported version of Python") {
             let version = text[at..]
@@ -144,19 +181,46 @@ impl StackReader {
         Ok((spy, comm))
     }
 
-    /// One read: every Python thread's stack, with state from `/proc`.
+    /// One read: every Python thread's stack, cut to the budgets, with
+    /// state from `/proc`.
     fn read_once(
         root: &Path,
         pid: u32,
         spy: &mut PythonSpy,
         tids: &mut TidMap,
-    ) -> Result<Vec<RawThread>, anyhow::Error> {
+        budgets: &Budgets,
+    ) -> Result<(Vec<RawThread>, std::collections::HashSet<Limit>), anyhow::Error> {
         let traces: Vec<StackTrace> = spy.get_stack_traces()?;
+        let mut native = HashMap::with_capacity(traces.len().min(budgets.threads + 1));
+        let found = traces
+            .into_iter()
+            .map(|trace| {
+                native.insert(trace.thread_id, trace.os_thread_id);
+                Found {
+                    python_id: trace.thread_id,
+                    owns_gil: trace.owns_gil,
+                    // One frame and one character past the budgets, so
+                    // that the cut sees what it cuts.
+                    frames: trace
+                        .frames
+                        .iter()
+                        .take(budgets.frames + 1)
+                        .map(|f| frames::frame(f, budgets.name_chars + 1))
+                        .collect(),
+                }
+            })
+            .collect();
+        let (kept, hit) = budget::cut(found, budgets);
         let task = root.join(pid.to_string()).join("task");
-        let mut out = Vec::with_capacity(traces.len());
+        let mut out = Vec::with_capacity(kept.len());
         let mut refreshed = false;
-        for trace in traces {
-            let Some(ns_tid) = trace.os_thread_id.and_then(|t| u32::try_from(t).ok()) else {
+        for thread in kept {
+            let Some(ns_tid) = native
+                .get(&thread.python_id)
+                .copied()
+                .flatten()
+                .and_then(|t| u32::try_from(t).ok())
+            else {
                 continue;
             };
             let mut tid = tids.host_tid(ns_tid);
@@ -174,18 +238,26 @@ impl StackReader {
                 tid,
                 name,
                 state,
-                owns_gil: trace.owns_gil,
-                frames: trace.frames.iter().map(frames::frame).collect(),
+                owns_gil: thread.owns_gil,
+                frames: thread.frames,
             });
         }
-        Ok(out)
+        Ok((out, hit))
     }
 
     /// Reads `pid`'s stacks `rate_hz` times a second for `duration`. The
     /// process is never stopped; a read that fails is dropped, and the
     /// burst ends early when the process exits.
-    pub fn burst(&mut self, pid: u32, options: BurstOptions) -> Result<Sampled, Unavailable> {
+    /// `on_read` is called after each read (kept or dropped) with the reads
+    /// so far.
+    pub fn burst(
+        &mut self,
+        pid: u32,
+        options: BurstOptions,
+        mut on_read: impl FnMut(usize),
+    ) -> Result<Sampled, Unavailable> {
         let root = self.root.clone();
+        let budgets = self.budgets;
         let (spy, comm) = self.spy(pid)?;
         // The burst's time starts once the spy is made (that can take a
         // while on a loaded host), so it always gets its reads.
@@ -199,18 +271,41 @@ impl StackReader {
         let mut exited = false;
         let mut next = clock;
         let mut first_error = None;
+        let mut limits = std::collections::BTreeSet::new();
+        let mut bytes = 0usize;
         while clock.elapsed() < options.duration {
-            match Self::read_once(&root, pid, spy, &mut tids) {
-                Ok(threads) => reads.push(threads),
+            match Self::read_once(&root, pid, spy, &mut tids, &budgets) {
+                Ok((threads, hit)) => {
+                    limits.extend(hit);
+                    bytes += threads
+                        .iter()
+                        .map(|t| budget::text_bytes(&t.frames))
+                        .sum::<usize>();
+                    reads.push(threads);
+                    if bytes > budgets.burst_bytes {
+                        limits.insert(Limit::BurstBytes);
+                        on_read(reads.len() + dropped as usize);
+                        break;
+                    }
+                }
                 Err(e) => {
                     if !root.join(pid.to_string()).join("stat").exists() {
                         exited = true;
                         break;
                     }
                     dropped += 1;
+                    // One of py-spy's walk limits: every read would walk as
+                    // far again, so the burst ends here.
+                    let walked = walk_limit(&e, &root, pid);
                     first_error.get_or_insert(e);
+                    if let Some(limit) = walked {
+                        limits.insert(limit);
+                        on_read(reads.len() + dropped as usize);
+                        break;
+                    }
                 }
             }
+            on_read(reads.len() + dropped as usize);
             next += period;
             let now = Instant::now();
             if next > now {
@@ -237,8 +332,22 @@ impl StackReader {
             reads,
             dropped,
             exited,
+            limits,
         })
     }
+}
+
+/// Why a read that met one of py-spy's walk limits was refused.
+fn over_walk(limit: Limit, pid: u32, comm: &str) -> String {
+    let what = match limit {
+        Limit::ThreadCycle => {
+            "its interpreter's thread list loops back on itself (more than 4,096 entries in a \
+             process with fewer threads)"
+        }
+        Limit::Threads => "it has more than 4,096 Python threads",
+        _ => "a thread's stack is deeper than 4,096 frames or its frame list loops back on itself",
+    };
+    format!("pid {pid} ({comm})'s stacks were not read: {what}")
 }
 
 #[cfg(test)]

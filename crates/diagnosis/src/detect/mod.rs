@@ -36,6 +36,13 @@ pub struct Ctx<'a> {
     pub silent_seconds: Option<f64>,
     /// The hang time for the GPU's jobs.
     pub hang_seconds: f64,
+    /// The GPU's job stood at the same place in its confirming reads
+    /// during the current silence.
+    pub stuck: Option<crate::confirm::Stuck>,
+    /// Set by the no-progress detectors: the GPU looks hung over the
+    /// current silence (idle with an idle job, or busy at low power),
+    /// whatever its length: a confirming read is worth taking.
+    pub hang_shape: Cell<bool>,
     /// Typical busy power of this GPU while its job made progress.
     pub power_baseline: Option<f64>,
     /// Processes the leftover tracker currently accuses.

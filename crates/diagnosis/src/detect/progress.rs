@@ -1,31 +1,61 @@
 //! Jobs that make no progress: the GPU busy (a spinning kernel, a stuck
-//! collective) or idle (a deadlock), and no output for the hang time.
+//! collective) or idle (a deadlock), and no output for the hang time, or
+//! for less where the job's stacks stood at the same place in every
+//! confirming read (`hang_confirmation`, see `confirm.rs`).
 
 use super::{Ctx, Finding};
 use crate::Kind;
-use crate::evidence::{round, round_opt};
+use crate::evidence::{Evidence, round, round_opt};
 use crate::hysteresis::Condition;
+use crate::window::Window;
 
 fn silent_long(ctx: &Ctx) -> bool {
     ctx.silent_seconds.is_some_and(|s| s >= ctx.hang_seconds)
 }
 
+/// The window the shape of a hang is judged over: the kind's own at the
+/// hang time, the current silence when the stacks confirm it (the job may
+/// have worked until a minute ago: a 5-minute mean would still show it).
+fn shape_windows<'a>(ctx: &'a Ctx, kind: Kind) -> (Window<'a>, Option<Window<'a>>) {
+    let w = ctx.window(kind);
+    let silence = ctx
+        .silent_seconds
+        .filter(|s| *s > 0.0)
+        .map(|s| ctx.history.window(s.min(w.seconds())));
+    (w, silence)
+}
+
+fn evidence(ctx: &Ctx, w: &Window, confirmed: bool) -> Evidence {
+    let mut evidence = ctx.utilization_evidence(w);
+    evidence.silent_seconds = round_opt(ctx.silent_seconds);
+    evidence.hang_seconds = Some(round(ctx.hang_seconds));
+    if confirmed {
+        evidence.stuck.clone_from(&ctx.stuck);
+    }
+    evidence
+}
+
 pub fn busy(ctx: &Ctx) -> Finding {
     let c = &ctx.config.busy_no_progress;
-    let w = ctx.window(Kind::BusyNoProgress);
-    let stats = ctx.utilization(&w);
-    let power = w.mean(|p| p.power_watts);
-    let limit = ctx.gpu.power_limit_watts;
-    let low_power = match (power, ctx.power_baseline, limit) {
-        (Some(p), Some(base), _) => p < c.max_power_of_baseline * base,
-        (Some(p), None, Some(l)) => p < c.max_power_of_limit * l,
-        // No power reading: busy and silent must do.
-        (None, _, _) | (Some(_), None, None) => true,
+    let shape = |w: &Window| {
+        let stats = ctx.utilization(w);
+        let power = w.mean(|p| p.power_watts);
+        let limit = ctx.gpu.power_limit_watts;
+        let low_power = match (power, ctx.power_baseline, limit) {
+            (Some(p), Some(base), _) => p < c.max_power_of_baseline * base,
+            (Some(p), None, Some(l)) => p < c.max_power_of_limit * l,
+            // No power reading: busy and silent must do.
+            (None, _, _) | (Some(_), None, None) => true,
+        };
+        let busy = stats.is_some_and(|s| s.busy_share >= c.min_busy_share);
+        (ctx.job_throughout(w) && busy && low_power, power)
     };
-    let enter = ctx.job_throughout(&w)
-        && stats.is_some_and(|s| s.busy_share >= c.min_busy_share)
-        && silent_long(ctx)
-        && low_power;
+    let (w, silence) = shape_windows(ctx, Kind::BusyNoProgress);
+    let (long_shape, power) = shape(&w);
+    let silence_shape = silence.as_ref().is_some_and(|s| shape(s).0);
+    ctx.hang_shape.set(ctx.hang_shape.get() || silence_shape);
+    let confirmed = ctx.stuck.is_some() && silence_shape;
+    let enter = (long_shape && silent_long(ctx)) || confirmed;
     let recent = ctx
         .history
         .window(ctx.config.timing(Kind::BusyNoProgress).exit_for.max(1.0));
@@ -33,11 +63,15 @@ pub fn busy(ctx: &Ctx) -> Finding {
         .share(|p| Some(p.utilization? >= ctx.config.busy_above))
         .unwrap_or(0.0);
     let has_job = ctx.history.latest().is_some_and(|p| p.has_job);
-    let exit = !has_job || !silent_long(ctx) || recent_busy < c.exit_busy_share;
+    let exit =
+        !has_job || (!silent_long(ctx) && ctx.stuck.is_none()) || recent_busy < c.exit_busy_share;
     ctx.finding(Condition { enter, exit }, || {
-        let mut evidence = ctx.utilization_evidence(&w);
-        evidence.silent_seconds = round_opt(ctx.silent_seconds);
-        evidence.hang_seconds = Some(round(ctx.hang_seconds));
+        let window = if confirmed && !silent_long(ctx) {
+            silence.as_ref().unwrap_or(&w)
+        } else {
+            &w
+        };
+        let mut evidence = evidence(ctx, window, confirmed);
         ctx.power_evidence(power, &mut evidence);
         evidence
     })
@@ -45,19 +79,25 @@ pub fn busy(ctx: &Ctx) -> Finding {
 
 pub fn idle(ctx: &Ctx) -> Finding {
     let c = &ctx.config.idle_no_progress;
-    let w = ctx.window(Kind::IdleNoProgress);
-    let mean = w.mean(|p| p.utilization);
-    let job_cpu = w.mean(|p| p.job_cpu).unwrap_or(0.0);
-    let running = w
-        .mean(|p| {
-            (p.threads_total > 0).then(|| f64::from(p.threads_running) / f64::from(p.threads_total))
-        })
-        .unwrap_or(0.0);
-    let enter = ctx.job_throughout(&w)
-        && mean.is_some_and(|m| m < c.max_mean)
-        && job_cpu < c.max_job_cpu
-        && running <= 0.1
-        && silent_long(ctx);
+    let shape = |w: &Window| {
+        let mean = w.mean(|p| p.utilization);
+        let job_cpu = w.mean(|p| p.job_cpu).unwrap_or(0.0);
+        let running = w
+            .mean(|p| {
+                (p.threads_total > 0)
+                    .then(|| f64::from(p.threads_running) / f64::from(p.threads_total))
+            })
+            .unwrap_or(0.0);
+        ctx.job_throughout(w)
+            && mean.is_some_and(|m| m < c.max_mean)
+            && job_cpu < c.max_job_cpu
+            && running <= 0.1
+    };
+    let (w, silence) = shape_windows(ctx, Kind::IdleNoProgress);
+    let silence_shape = silence.as_ref().is_some_and(shape);
+    ctx.hang_shape.set(ctx.hang_shape.get() || silence_shape);
+    let confirmed = ctx.stuck.is_some() && silence_shape;
+    let enter = (shape(&w) && silent_long(ctx)) || confirmed;
     let latest = ctx.history.latest();
     let has_job = latest.is_some_and(|p| p.has_job);
     let woke = latest.is_some_and(|p| {
@@ -65,11 +105,13 @@ pub fn idle(ctx: &Ctx) -> Finding {
             || p.job_cpu
                 .is_some_and(|cpu| cpu >= 4.0 * c.max_job_cpu.max(0.05))
     });
-    let exit = !has_job || !silent_long(ctx) || woke;
+    let exit = !has_job || (!silent_long(ctx) && ctx.stuck.is_none()) || woke;
     ctx.finding(Condition { enter, exit }, || {
-        let mut evidence = ctx.utilization_evidence(&w);
-        evidence.silent_seconds = round_opt(ctx.silent_seconds);
-        evidence.hang_seconds = Some(round(ctx.hang_seconds));
-        evidence
+        let window = if confirmed && !silent_long(ctx) {
+            silence.as_ref().unwrap_or(&w)
+        } else {
+            &w
+        };
+        evidence(ctx, window, confirmed)
     })
 }

@@ -44,6 +44,8 @@ pub fn job(pid: u32, cpu: f64, top_thread: f64) -> JobFrame {
         start_time: -10_000.0,
         gpus: vec![0],
         attribution: Default::default(),
+        run: None,
+        run_unknown: None,
         processes: 3,
         cpu_cores: Some(cpu),
         top_threads: vec![ThreadFrame {
@@ -62,6 +64,7 @@ pub fn job(pid: u32, cpu: f64, top_thread: f64) -> JobFrame {
         rss_bytes: 4 * GIB,
         last_output: None,
         output_unknown: false,
+        framework: Default::default(),
     }
 }
 

@@ -312,6 +312,8 @@ mod tests {
             active: Vec::new(),
             jobs: Vec::new(),
             job_idle_seconds_total: seconds_total,
+            phase: None,
+            phase_seconds_total: Default::default(),
             kinds: Kind::ALL
                 .into_iter()
                 .map(|k| {

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use axum::Extension;
 use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Json, Response};
@@ -12,6 +13,7 @@ use diagnosis::stacks::{Focus, Outcome};
 use serde::Deserialize;
 
 use crate::api::state::AppState;
+use crate::http::serve::Caller;
 use crate::sampling::stacks::{Deliver, Request};
 
 #[derive(Debug, Deserialize)]
@@ -27,9 +29,23 @@ const GRACE: Duration = Duration::from_secs(10);
 
 pub async fn stacks(
     State(state): State<AppState>,
+    caller: Option<Extension<Caller>>,
     Path(pid): Path<u32>,
     Query(q): Query<StacksQuery>,
 ) -> Response {
+    // The names in another tenant's code, on demand: only to whom the host
+    // trusts (docs/security.md).
+    let trusted = state.stacks_config.allow_remote
+        || caller.is_some_and(|Extension(c)| c.loopback || c.authenticated);
+    if !trusted {
+        return (
+            StatusCode::FORBIDDEN,
+            "Python stacks are served only to clients on this host's loopback, or to clients the \
+             web config authenticates (basic auth or required client certificates); run \
+             `stallwatch stacks PID` on the host, or set stacks.allow_remote = true\n",
+        )
+            .into_response();
+    }
     let Some(stacks) = &state.stacks else {
         return (
             StatusCode::SERVICE_UNAVAILABLE,

@@ -23,7 +23,7 @@ const CHECK_STACKS: Duration = Duration::from_secs(5);
 /// would, and attaches them before the report.
 fn sample_stacks(engine: &mut Engine, config: &Config, quiet: bool) -> Vec<diagnosis::Event> {
     let mut amended = Vec::new();
-    let mut reader = collector::stacks::StackReader::new(config.procfs.root.clone());
+    let mut reader = config.stacks.reader(&config.procfs.root);
     let duration = config.stacks.duration.min(CHECK_STACKS);
     for gpu in engine.status() {
         let Some((pid, focus)) = stacks::target(&gpu) else {
@@ -36,7 +36,7 @@ fn sample_stacks(engine: &mut Engine, config: &Config, quiet: bool) -> Vec<diagn
                 humantime::format_duration(duration)
             );
         }
-        let report = stacks::sample(&mut reader, pid, focus, config.stacks.rate, duration);
+        let report = reader.sample(pid, focus, config.stacks.rate, duration);
         amended.extend(engine.attach_stacks(gpu.gpu, &gpu.uuid, report));
     }
     amended

@@ -1,7 +1,8 @@
-//! What each `stallwatch` command does (`run`, `check`, `status`, `stacks`), and the
+//! What each `stallwatch` command does (`run`, `check`, `status`, `stacks`, `fleet`), and the
 //! terminal report they print. The arguments are in `crate::cli`.
 
 pub mod check;
+pub mod fleet;
 pub mod report;
 pub mod run;
 pub mod stacks;

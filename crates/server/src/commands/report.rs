@@ -146,6 +146,32 @@ pub fn describe(e: &Evidence) -> Vec<String> {
             e.clock_event_reasons.join(", ")
         ));
     }
+    if let Some(s) = &e.stuck {
+        out.push(format!(
+            "stuck: every Python thread at the same place in {} reads over {}: {} ({})",
+            s.reads,
+            duration(s.over_seconds),
+            s.place,
+            s.thread
+        ));
+    }
+    if let Some(p) = &e.phase {
+        out.push(format!(
+            "the job's own phase: {} for {}, {} of the last hour ({} times)",
+            p.phase.as_str(),
+            duration(p.seconds),
+            pct(p.share_last_hour),
+            p.entered_last_hour
+        ));
+    }
+    if let Some(f) = &e.framework {
+        let name = f.name.map_or("not settled", |n| n.name());
+        let workers = f
+            .data_loader_workers
+            .map(|w| format!(", {w} DataLoader worker processes"))
+            .unwrap_or_default();
+        out.push(format!("framework: {name}{workers}"));
+    }
     if let Some(r) = &e.stacks {
         out.extend(stack_lines(r, r.focus == Focus::AllThreads));
     }
@@ -213,7 +239,25 @@ pub fn render(status: &StatusResponse, events: &[Event]) -> String {
             if j.warming_up {
                 line.push_str(", warming up");
             }
+            if let Some(r) = &j.run {
+                let world = r.world_size.map_or(String::new(), |w| format!(" of {w}"));
+                let _ = write!(line, ", rank {}{world} of run {}", r.rank, r.run);
+            }
             let _ = writeln!(out, "{line}");
+        }
+        if let Some(p) = &g.phase {
+            let _ = writeln!(
+                out,
+                "  phase: {} for {}, {} of the last hour{}",
+                p.phase.as_str(),
+                duration(p.seconds),
+                pct(p.share_last_hour),
+                if p.unusual {
+                    " (unusual: the stalls it explains are reported)"
+                } else {
+                    " (the job's own: no stall is reported for it)"
+                }
+            );
         }
         for a in &g.active {
             let _ = writeln!(

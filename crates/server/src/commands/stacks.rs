@@ -4,12 +4,10 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use collector::stacks::StackReader;
 use diagnosis::stacks::{Focus, Outcome};
 
 use crate::cli::StacksArgs;
 use crate::commands::{report, run};
-use crate::sampling::stacks;
 
 pub const EXIT_UNREADABLE: u8 = 1;
 pub const EXIT_ERROR: u8 = 2;
@@ -31,14 +29,8 @@ pub fn main(args: StacksArgs) -> ExitCode {
         eprintln!("stallwatch: --duration must be between 100ms and 10m");
         return ExitCode::from(EXIT_ERROR);
     }
-    let mut reader = StackReader::new(config.procfs.root.clone());
-    let report = stacks::sample(
-        &mut reader,
-        args.pid,
-        Focus::AllThreads,
-        rate,
-        args.duration,
-    );
+    let mut reader = config.stacks.reader(&config.procfs.root);
+    let report = reader.sample(args.pid, Focus::AllThreads, rate, args.duration);
     let text = if args.json {
         match serde_json::to_string_pretty(&report) {
             Ok(text) => text,

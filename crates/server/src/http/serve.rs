@@ -7,6 +7,7 @@
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -89,7 +90,13 @@ pub async fn run(
         };
         let _ = stream.set_nodelay(true);
         tracing::trace!(%peer, "connection accepted");
-        tokio::spawn(connection(stream, shared.clone(), slot, stop_rx.clone()));
+        tokio::spawn(connection(
+            stream,
+            peer,
+            shared.clone(),
+            slot,
+            stop_rx.clone(),
+        ));
     }
     drop(listener);
     let _ = stop_tx.send(true);
@@ -123,8 +130,29 @@ async fn take_slot(slots: &Arc<Semaphore>, registry: &Registry) -> OwnedSemaphor
     }
 }
 
+/// Who sent a request, for the routes that answer only some clients.
+#[derive(Debug, Clone, Copy)]
+pub struct Caller {
+    /// The client connected from this host's loopback.
+    pub loopback: bool,
+    /// The web config authenticated it (basic auth, or a client
+    /// certificate every client must show).
+    pub authenticated: bool,
+}
+
+impl Caller {
+    fn new(peer: SocketAddr, web: &WebConfig) -> Caller {
+        let ip = peer.ip().to_canonical();
+        Caller {
+            loopback: ip.is_loopback(),
+            authenticated: web.auth.is_some() || web.client_certs_required,
+        }
+    }
+}
+
 async fn connection(
     stream: TcpStream,
+    peer: SocketAddr,
     shared: Arc<Shared>,
     _slot: OwnedSemaphorePermit,
     stop: watch::Receiver<bool>,
@@ -132,8 +160,9 @@ async fn connection(
     let entry = shared.registry.add();
     let activity = entry.activity.clone();
     let web = shared.web.current();
+    let caller = Caller::new(peer, &web);
     match web.tls.clone() {
-        None => drive(stream, shared, web, activity, stop).await,
+        None => drive(stream, caller, shared, web, activity, stop).await,
         Some(tls) => {
             let acceptor = tokio_rustls::TlsAcceptor::from(tls);
             let handshake = async {
@@ -158,7 +187,7 @@ async fn connection(
                 _ = stopping.wait_for(|stop| *stop) => return,
             };
             if let Ok(Some(tls)) = tls {
-                drive(tls, shared, web, activity, stop).await;
+                drive(tls, caller, shared, web, activity, stop).await;
             }
         }
     }
@@ -182,6 +211,7 @@ async fn evicted(activity: &Activity) {
 
 async fn drive<I>(
     io: I,
+    caller: Caller,
     shared: Arc<Shared>,
     web: Arc<WebConfig>,
     activity: Arc<Activity>,
@@ -192,7 +222,10 @@ async fn drive<I>(
     let io = TokioIo::new(Watched::new(io, activity.clone()));
     let service = {
         let (shared, web, activity) = (shared.clone(), web, activity.clone());
-        service_fn(move |req| handle(req, shared.clone(), web.clone(), activity.clone()))
+        service_fn(move |mut req: Request<Incoming>| {
+            req.extensions_mut().insert(caller);
+            handle(req, shared.clone(), web.clone(), activity.clone())
+        })
     };
     let conn = shared.http.serve_connection(io, service);
     tokio::pin!(conn);

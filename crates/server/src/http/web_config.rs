@@ -17,6 +17,8 @@ use crate::http::web_config_file::{KeyError, WebConfigFile};
 pub struct WebConfig {
     pub tls: Option<Arc<rustls::ServerConfig>>,
     pub auth: Option<Arc<BasicAuth>>,
+    /// Every client must show a certificate signed by the client CA.
+    pub client_certs_required: bool,
     /// Added to every response.
     pub headers: Vec<(HeaderName, HeaderValue)>,
     /// The files it was built from besides the web config file itself.
@@ -105,9 +107,14 @@ impl WebConfigFile {
             .filter(|f| !f.is_empty())
             .map(|f| dir.join(f))
             .collect();
+        let client_certs_required = self
+            .tls_server_config
+            .as_ref()
+            .is_some_and(|t| t.client_auth_type == "RequireAndVerifyClientCert");
         Ok(WebConfig {
             tls,
             auth,
+            client_certs_required,
             headers,
             files,
         })

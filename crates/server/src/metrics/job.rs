@@ -58,6 +58,48 @@ pub fn encode(
             l
         }),
     )?;
+    info(
+        e,
+        "stallwatch_job_rank",
+        "The job's distributed run and its rank in it, from the launcher's variables (one series per GPU it holds): join on gpu and pid.",
+        jobs.iter().flat_map(|j| {
+            j.rank.found().into_iter().flat_map(move |r| {
+                j.gpus.iter().map(move |gpu| {
+                    let l = Labels::none()
+                        .with("gpu", *gpu)
+                        .with("pid", j.pid)
+                        .with("run", &r.run)
+                        .with("rank", r.rank);
+                    let l = match r.local_rank {
+                        Some(n) => l.with("local_rank", n),
+                        None => l.with("local_rank", ""),
+                    };
+                    let l = match r.world_size {
+                        Some(n) => l.with("world_size", n),
+                        None => l.with("world_size", ""),
+                    };
+                    l.with("launcher", &r.launcher)
+                })
+            })
+        }),
+    )?;
+    gauge(
+        e,
+        "stallwatch_job_world_size",
+        "Ranks in the job's distributed run, from the launcher's variables (one series per GPU it holds; what the run rules compare the ranks seen with).",
+        None,
+        jobs.iter().flat_map(|j| {
+            let world = j.rank.found().and_then(|r| r.world_size);
+            world.into_iter().flat_map(move |w| {
+                j.gpus.iter().map(move |gpu| {
+                    (
+                        Labels::none().with("gpu", *gpu).with("pid", j.pid),
+                        f64::from(w),
+                    )
+                })
+            })
+        }),
+    )?;
     gauge(
         e,
         "stallwatch_job_processes",

@@ -11,7 +11,7 @@ use prometheus_client::encoding::{
 
 /// The most labels a series has (a job's `_info`: pid, comm and four
 /// attribution labels).
-const CAPACITY: usize = 6;
+const CAPACITY: usize = 8;
 
 /// One label's value.
 #[derive(Debug, Clone, Copy)]

@@ -104,6 +104,7 @@ impl Collector for Part {
             Section::Stalls => verdicts::stalls(e, diagnosis),
             Section::Tail => {
                 verdicts::job_idle(e, diagnosis)?;
+                verdicts::phases(e, diagnosis)?;
                 job::encode(e, s, max_processes)?;
                 host::encode(e, &s.host)
             }
@@ -325,6 +326,8 @@ mod tests {
             active: Vec::new(),
             jobs: Vec::new(),
             job_idle_seconds_total: 0.0,
+            phase: None,
+            phase_seconds_total: Default::default(),
             kinds: Kind::ALL
                 .into_iter()
                 .map(|k| (k, KindCounters::default()))
@@ -353,6 +356,8 @@ mod tests {
             GpuStatus {
                 verdict: Verdict::Stalled,
                 job_idle_seconds_total: 3.0,
+                phase: None,
+                phase_seconds_total: Default::default(),
                 ..quiet.clone()
             },
             status(Verdict::Stalled, starved(1.0)),

@@ -1,5 +1,6 @@
 //! Diagnosis series: the verdict and every kind's state and counters per GPU.
 
+use diagnosis::phase::JobPhase;
 use diagnosis::status::KindCounters;
 use diagnosis::{GpuStatus, Kind, Verdict};
 use prometheus_client::encoding::DescriptorEncoder;
@@ -89,5 +90,24 @@ pub fn job_idle(e: &mut DescriptorEncoder, gpus: &[GpuStatus]) -> Result<(), std
         "Seconds in which a job held the GPU while it was idle (utilization under diagnosis.idle_below), sample by sample.",
         Some(&Unit::Seconds),
         gpus.iter().map(|g| (labels(g), g.job_idle_seconds_total)),
+    )
+}
+
+/// Each GPU's time waiting on its job's own phases.
+pub fn phases(e: &mut DescriptorEncoder, gpus: &[GpuStatus]) -> Result<(), std::fmt::Error> {
+    counter(
+        e,
+        "stallwatch_gpu_phase",
+        "Seconds the GPU looked stalled while its job was in one of its own phases (compiling, checkpointing, data_loader_startup), found in the job's stacks; a phase of normal length raises no stall.",
+        Some(&Unit::Seconds),
+        gpus.iter().flat_map(|g| {
+            let l = labels(g);
+            JobPhase::ALL.into_iter().map(move |p| {
+                (
+                    l.with("phase", p.as_str()),
+                    g.phase_seconds_total.get(&p).copied().unwrap_or(0.0),
+                )
+            })
+        }),
     )
 }

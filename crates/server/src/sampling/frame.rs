@@ -2,12 +2,14 @@
 
 use collector::faults::health::RecoveryAction;
 use collector::faults::xid;
+use collector::proc::rank::RankRead;
 use collector::sample::GpuProcessKind;
 use collector::snapshot::{ClockEventReason, GpuSnapshot, JobSnapshot, Snapshot};
 use diagnosis::frame::{
-    Attribution, Frame, GpuFrame, HostFrame, JobFrame, ProcessCpuFrame, ProcessFrame, ThreadFrame,
-    XidFrame,
+    Attribution, Frame, GpuFrame, HostFrame, JobFrame, JobFramework, ProcessCpuFrame, ProcessFrame,
+    RunRank, ThreadFrame, XidFrame,
 };
+use diagnosis::framework::Framework;
 
 pub fn from_snapshot(s: &Snapshot) -> Frame {
     Frame {
@@ -129,6 +131,20 @@ fn job(j: &JobSnapshot) -> JobFrame {
             pod_uid: a.pod_uid.clone(),
             slurm_job_id: a.slurm_job_id.clone(),
         },
+        run: match &j.rank {
+            RankRead::Found(r) => Some(RunRank {
+                run: r.run.clone(),
+                rank: r.rank,
+                local_rank: r.local_rank,
+                world_size: r.world_size,
+                launcher: r.launcher.clone(),
+            }),
+            _ => None,
+        },
+        run_unknown: match &j.rank {
+            RankRead::Unknown(why) => Some(why.clone()),
+            _ => None,
+        },
         processes: j.processes,
         cpu_cores: j.cpu_cores,
         top_threads: j
@@ -158,5 +174,17 @@ fn job(j: &JobSnapshot) -> JobFrame {
         rss_bytes: j.rss_bytes,
         last_output: j.last_output_seconds,
         output_unknown: j.output_unknown,
+        framework: JobFramework {
+            loaded: [
+                (j.frameworks.pytorch, Framework::Pytorch),
+                (j.frameworks.tensorflow, Framework::Tensorflow),
+                (j.frameworks.jax, Framework::Jax),
+            ]
+            .into_iter()
+            .filter_map(|(loaded, f)| loaded.then_some(f))
+            .collect(),
+            data_loader_workers: j.data_loader_workers,
+            pin_memory_thread: j.pin_memory_thread,
+        },
     }
 }

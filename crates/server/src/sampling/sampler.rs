@@ -123,7 +123,11 @@ impl Sampler {
             stacks::log_stacks(event, report);
         }
         if let Some(trigger) = &mut self.stacks {
+            // The episodes' bursts first: short reads take the thread only
+            // when no episode waits for its stacks.
             trigger.request(&status);
+            let mut engine = self.engine.lock().unwrap_or_else(|p| p.into_inner());
+            trigger.short_reads(&mut engine, frame.t);
         }
         snapshot.sample_duration_seconds = started.elapsed().as_secs_f64();
         history

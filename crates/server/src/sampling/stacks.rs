@@ -1,8 +1,9 @@
 //! Python stacks for stalled GPUs and on request. A thread of its own runs
-//! the bursts (the collector's py-spy reader), so a job that cannot be read
-//! quickly (hung, in D state, huge) never holds up sampling or HTTP: the
-//! sampler and the API only hand it work when it is idle and never wait on
-//! it, and it takes one burst at a time.
+//! the bursts through the contained stack reader (a child process, see
+//! `contained`), so a job that cannot be read quickly (hung, in D state,
+//! huge, hostile) never holds up sampling or HTTP: the sampler and the API
+//! only hand it work when it is idle and never wait on it, and it takes one
+//! burst at a time.
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -12,19 +13,38 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use collector::stacks::{BurstOptions, StackReader, Unavailable, in_jobs};
-use diagnosis::stacks::{Burst, Focus, Outcome, StackReport, ThreadRead, aggregate, unavailable};
+use collector::stacks::in_jobs;
+use diagnosis::stacks::{Focus, Outcome, StackReport, unavailable};
 use diagnosis::{Engine, Event, GpuStatus};
 
 use crate::config::StacksConfig;
+use collector::collector::unix_now as now;
 
 /// How often the worker drops the spies of exited processes while it holds any.
 const PRUNE_EVERY: Duration = Duration::from_secs(10);
 
+/// How long a short read lasts (a hang's confirmation, a job's phase): not
+/// scaled, it is a burst of reads, not a window of the rules.
+const SHORT_BURST: Duration = Duration::from_secs(1);
+
+/// What a GPU's report is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    /// Evidence for the GPU's active episodes.
+    Episode,
+    /// A short read: a silent job's hang confirmation
+    /// (`hang_confirmation`), or the job's phase (`phases`).
+    Short,
+}
+
 /// Where a burst's report goes.
 pub enum Deliver {
     /// To the diagnosis of this GPU (through [`Trigger`]).
-    Gpu { gpu: u32, uuid: String },
+    Gpu {
+        gpu: u32,
+        uuid: String,
+        purpose: Purpose,
+    },
     /// To a waiting caller (the API).
     Caller(tokio::sync::oneshot::Sender<StackReport>),
 }
@@ -39,8 +59,8 @@ pub struct Request {
 }
 
 /// A GPU's finished report, as the stacks thread hands it back: GPU index,
-/// uuid, report.
-pub type GpuReport = (u32, String, StackReport);
+/// uuid, report, what it is for.
+pub type GpuReport = (u32, String, StackReport, Purpose);
 
 /// A handle to the stacks thread.
 #[derive(Clone)]
@@ -66,10 +86,11 @@ impl Stacks {
         let idle = busy.clone();
         let (done_tx, done_rx) = mpsc::channel();
         let rate = config.rate;
+        let config = config.clone();
         let handle = std::thread::Builder::new()
             .name("stacks".into())
             .spawn(move || {
-                let mut reader = StackReader::new(root);
+                let mut reader = config.reader(&root);
                 loop {
                     let request = if reader.spies() > 0 {
                         match rx.recv_timeout(PRUNE_EVERY) {
@@ -102,20 +123,13 @@ impl Stacks {
                             now(),
                         )
                     } else {
-                        sample(
-                            &mut reader,
-                            request.pid,
-                            request.focus,
-                            rate,
-                            request.duration,
-                        )
+                        reader.sample(request.pid, request.focus, rate, request.duration)
                     };
-                    reader.prune();
                     // Free before the answer, so that its receiver may ask again at once.
                     idle.store(false, Ordering::Release);
                     match request.deliver {
-                        Deliver::Gpu { gpu, uuid } => {
-                            if done_tx.send((gpu, uuid, report)).is_err() {
+                        Deliver::Gpu { gpu, uuid, purpose } => {
+                            if done_tx.send((gpu, uuid, report, purpose)).is_err() {
                                 return;
                             }
                         }
@@ -143,83 +157,6 @@ impl Stacks {
                 self.busy.store(false, Ordering::Release);
                 Err(Busy)
             }
-        }
-    }
-}
-
-fn now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
-}
-
-/// Reads one burst of `pid` and sums it up (also used by `stallwatch
-/// stacks` and `stallwatch check`, which read on their own thread).
-pub fn sample(
-    reader: &mut StackReader,
-    pid: u32,
-    focus: Focus,
-    rate_hz: f64,
-    duration: Duration,
-) -> StackReport {
-    let started = now();
-    match reader.burst(pid, BurstOptions { rate_hz, duration }) {
-        Ok(burst) => {
-            let reads: Vec<Vec<ThreadRead>> = burst
-                .reads
-                .iter()
-                .map(|read| {
-                    read.iter()
-                        .map(|t| ThreadRead {
-                            pid,
-                            tid: t.tid,
-                            name: t.name.clone(),
-                            state: t.state,
-                            owns_gil: t.owns_gil,
-                            frames: t
-                                .frames
-                                .iter()
-                                .map(|f| diagnosis::stacks::CodeFrame {
-                                    function: f.function.clone(),
-                                    file: f.file.clone(),
-                                    line: f.line,
-                                    library: f.library,
-                                })
-                                .collect(),
-                        })
-                        .collect()
-                })
-                .collect();
-            let mut report = aggregate(
-                &Burst {
-                    pid,
-                    python_version: Some(burst.python_version.clone()),
-                    time: burst.started,
-                    duration_seconds: burst.duration_seconds,
-                    reads: &reads,
-                    dropped: burst.dropped,
-                },
-                focus,
-            );
-            if burst.exited {
-                let note = format!("pid {pid} exited during the burst");
-                report.detail = Some(match report.detail.take() {
-                    Some(d) => format!("{note}; {d}"),
-                    None => note,
-                });
-            }
-            report
-        }
-        Err(why) => {
-            let outcome = match &why {
-                Unavailable::NotPython(_) => Outcome::NotPython,
-                Unavailable::UnsupportedPython(_) => Outcome::UnsupportedPython,
-                Unavailable::FreeThreaded(_) => Outcome::FreeThreaded,
-                Unavailable::NoPermission(_) => Outcome::NoPermission,
-                Unavailable::Exited(_) => Outcome::Exited,
-                Unavailable::Failed(_) => Outcome::Failed,
-            };
-            unavailable(pid, outcome, why.detail().to_owned(), started)
         }
     }
 }
@@ -266,11 +203,7 @@ pub struct Trigger {
 }
 
 impl Trigger {
-    pub fn new(
-        stacks: Stacks,
-        done: Receiver<(u32, String, StackReport)>,
-        duration: Duration,
-    ) -> Self {
+    pub fn new(stacks: Stacks, done: Receiver<GpuReport>, duration: Duration) -> Self {
         Trigger {
             stacks,
             done,
@@ -282,8 +215,12 @@ impl Trigger {
     /// Attaches finished reports; returns the start events they amended.
     pub fn deliver(&mut self, engine: &mut Engine) -> Vec<(Event, StackReport)> {
         let mut amended = Vec::new();
-        while let Ok((gpu, uuid, report)) = self.done.try_recv() {
+        while let Ok((gpu, uuid, report, purpose)) = self.done.try_recv() {
             self.pending.remove(&gpu);
+            if purpose == Purpose::Short {
+                engine.attach_short_read(gpu, &uuid, &report);
+                continue;
+            }
             for event in engine.attach_stacks(gpu, &uuid, report.clone()) {
                 amended.push((event, report.clone()));
             }
@@ -310,12 +247,41 @@ impl Trigger {
                 deliver: Deliver::Gpu {
                     gpu: gpu.gpu,
                     uuid: gpu.uuid.clone(),
+                    purpose: Purpose::Episode,
                 },
             };
             if self.stacks.try_request(request).is_err() {
                 return;
             }
             self.pending.insert(gpu.gpu);
+        }
+    }
+
+    /// Asks for the short reads the engine finds due (a burst of every
+    /// thread of a silent job whose GPU looks hung, or of a job whose GPU
+    /// looks stalled, for its phase), while the thread is idle; `t` is the
+    /// frame's time.
+    pub fn short_reads(&mut self, engine: &mut Engine, t: f64) {
+        for (gpu, uuid, pid) in engine.short_reads_due() {
+            if self.pending.contains(&gpu) {
+                continue;
+            }
+            let request = Request {
+                pid,
+                focus: Focus::AllThreads,
+                duration: SHORT_BURST,
+                only_jobs: None,
+                deliver: Deliver::Gpu {
+                    gpu,
+                    uuid: uuid.clone(),
+                    purpose: Purpose::Short,
+                },
+            };
+            if self.stacks.try_request(request).is_err() {
+                return;
+            }
+            engine.short_read_asked(gpu, &uuid, t);
+            self.pending.insert(gpu);
         }
     }
 }

@@ -4,19 +4,25 @@ use crate::Kind;
 use crate::evidence::{Evidence, FaultEvidence};
 use crate::stacks::Outcome;
 
+mod words;
+
+use words::Job;
+
+/// The name PyTorch gives a DataLoader's worker processes.
+const DATA_LOADER_WORKER: &str = "pt_data_worker";
+
 fn base_hint(kind: Kind, evidence: &Evidence) -> String {
     let top = evidence.top_threads.first();
+    let job = Job::of(evidence);
     match kind {
-        Kind::InputStarved => "The GPU is waiting for data: the input pipeline cannot keep up. \
-            Overlap loading with compute (tf.data: dataset.prefetch(tf.data.AUTOTUNE), not 1; \
-            PyTorch: DataLoader(num_workers>0, pin_memory=True)), run per-sample work in parallel \
-            (map(..., num_parallel_calls=tf.data.AUTOTUNE)), and map before batch."
-            .to_owned(),
-        Kind::InputBound => "GPU utilization swings and its mean is low: batches arrive too slowly. \
-            Use prefetch(tf.data.AUTOTUNE) and num_parallel_calls=tf.data.AUTOTUNE (or more \
-            DataLoader workers), do per-sample map before batch, and cache() decoded data only if \
-            it fits in memory (else cache(\"/path\"))."
-            .to_owned(),
+        Kind::InputStarved => format!(
+            "The GPU is waiting for data: the input pipeline cannot keep up. {}",
+            words::feed(&job)
+        ),
+        Kind::InputBound => format!(
+            "GPU utilization swings and its mean is low: batches arrive too slowly. {}",
+            words::feed(&job)
+        ),
         Kind::SingleThreadBound if let Some(g) = &evidence.gil_spread => {
             let tids: Vec<String> = g.threads.iter().map(|t| t.tid.to_string()).collect();
             let process = g
@@ -37,14 +43,13 @@ fn base_hint(kind: Kind, evidence: &Evidence) -> String {
             format!(
                 "The input pipeline is bound by the GIL: Python work spread over {} threads of \
                  pid {} (tids {}) uses {:.2} cores together{stolen}{process}{waiting} while the \
-                 GPU waits. The threads take turns holding the GIL, so together they get about one core however \
-                 many there are (tf.data runs py_function on its pool threads). Vectorize the map \
-                 function with tf ops / numpy, or move the Python work (PIL, cv2, py_function) to \
-                 worker processes (DataLoader num_workers, multiprocessing), not more threads.",
+                 GPU waits. The threads take turns holding the GIL, so together they get about \
+                 one core however many there are. {}",
                 g.threads.len(),
                 g.pid,
                 tids.join(", "),
-                g.cpu_cores
+                g.cpu_cores,
+                words::off_the_gil(&job)
             )
         }
         Kind::SingleThreadBound => {
@@ -60,45 +65,52 @@ fn base_hint(kind: Kind, evidence: &Evidence) -> String {
                 })
                 .unwrap_or_else(|| "one thread is pinned at a full core".to_owned());
             format!(
-                "The input pipeline is bound by one thread: {who} while the GPU waits. Blocking or \
-                 non-vectorized Python in the map function (PIL, cv2.imread, time.sleep, \
-                 py_function) holds the GIL: vectorize it with tf ops / numpy, or move it to \
-                 parallel workers (num_parallel_calls, DataLoader num_workers)."
+                "The input pipeline is bound by one thread: {who} while the GPU waits. {}",
+                words::unpin(&job, top.map(|t| t.name.as_str()))
             )
         }
         Kind::CpuSaturated => {
-            let cpus = evidence.host_cpus.map(|n| format!(" ({n} CPUs)")).unwrap_or_default();
+            let cpus = evidence
+                .host_cpus
+                .map(|n| format!(" ({n} CPUs)"))
+                .unwrap_or_default();
             format!(
                 "The host's CPUs{cpus} are saturated, so preprocessing cannot feed the GPU. Give \
                  the job more cores (or fewer competing processes), move decoding/augmentation to \
                  the GPU, or cache preprocessed data."
             )
         }
-        Kind::IoBound => "The input pipeline waits on storage (threads in D state or I/O pressure). \
-            Read from faster or local storage, use parallel reads (interleave(num_parallel_calls=...), \
-            more workers), larger sequential files (TFRecord, WebDataset), or cache() the dataset \
-            on local disk."
-            .to_owned(),
-        Kind::BusyNoProgress => "The GPU reads busy but the job shows no progress and draws little \
+        Kind::IoBound => format!(
+            "The input pipeline waits on storage (threads in D state or I/O pressure). {}",
+            words::read_faster(&job)
+        ),
+        Kind::BusyNoProgress => {
+            "The GPU reads busy but the job shows no progress and draws little \
             power: likely a hang (a stuck NCCL collective, a spinning kernel, or a rank waiting on \
             another). Check the other ranks, dump stacks (py-spy dump --pid PID), set \
             NCCL_DEBUG=INFO and TORCH_NCCL_ASYNC_ERROR_HANDLING=1, and restart the job."
-            .to_owned(),
-        Kind::IdleNoProgress => "The GPU and the job are idle and the job has shown no progress for \
-            its hang time: likely a deadlock or a wait that never ends (a data loader worker that \
+                .to_owned()
+        }
+        Kind::IdleNoProgress => {
+            "The GPU and the job are idle and the job shows no progress: likely a deadlock or a wait that never ends (a data loader worker that \
             died, a lock, a queue with no producer). Dump stacks (py-spy dump --pid PID) and \
             restart the job."
-            .to_owned(),
-        Kind::HostMemoryPressure => "The host is short of memory: the job may swap or be OOM-killed. \
-            cache() of a dataset larger than RAM fills memory: cache to disk with cache(\"/path\") or \
-            only cache what fits; reduce prefetch buffers, shuffle buffers and DataLoader workers."
-            .to_owned(),
-        Kind::GpuMemoryFull => "GPU memory is nearly full. TensorFlow preallocates almost all of it by \
-            default (set TF_FORCE_GPU_ALLOW_GROWTH=true or tf.config.experimental.set_memory_growth); \
-            if this is real use, reduce the batch size or use gradient accumulation."
-            .to_owned(),
+                .to_owned()
+        }
+        Kind::HostMemoryPressure => format!(
+            "The host is short of memory: the job may swap or be OOM-killed. {}",
+            words::less_host_memory(&job)
+        ),
+        Kind::GpuMemoryFull => format!(
+            "GPU memory is nearly full. {}",
+            words::less_gpu_memory(&job)
+        ),
         Kind::SharedGpu => {
-            let pids: Vec<String> = evidence.processes.iter().map(|p| format!("{} ({})", p.pid, p.comm)).collect();
+            let pids: Vec<String> = evidence
+                .processes
+                .iter()
+                .map(|p| format!("{} ({})", p.pid, p.comm))
+                .collect();
             format!(
                 "Several separate processes hold memory on this GPU: {}. They compete for memory \
                  and compute and can fail with CUDNN_STATUS_INTERNAL_ERROR or out-of-memory; run \
@@ -111,7 +123,14 @@ fn base_hint(kind: Kind, evidence: &Evidence) -> String {
             let pids: Vec<String> = evidence
                 .processes
                 .iter()
-                .map(|p| format!("{} ({}, {})", p.pid, if p.comm.is_empty() { "?" } else { &p.comm }, p.state))
+                .map(|p| {
+                    format!(
+                        "{} ({}, {})",
+                        p.pid,
+                        if p.comm.is_empty() { "?" } else { &p.comm },
+                        p.state
+                    )
+                })
                 .collect();
             format!(
                 "A process left behind holds GPU memory without using the GPU: {}. Its parent is \
@@ -136,12 +155,12 @@ fn base_hint(kind: Kind, evidence: &Evidence) -> String {
                  torch.distributed's debug dump), and dump stacks (py-spy dump --pid PID)."
             )
         }
-        Kind::LaunchBound => "utilization.gpu is high but the SMs are mostly idle while the job \
-            progresses: its kernels are too small or too few to fill the GPU (time goes to \
-            launches and host syncs). Use a larger batch, CUDA graphs (torch.cuda.graphs, \
-            torch.compile(mode=\"reduce-overhead\")), torch.compile to fuse small ops, and \
-            fewer host syncs (.item(), .cpu(), printing tensors each step)."
-            .to_owned(),
+        Kind::LaunchBound => format!(
+            "utilization.gpu is high but the SMs are mostly idle while the job progresses: its \
+             kernels are too small or too few to fill the GPU (time goes to launches and host \
+             syncs). {}",
+            words::fewer_launches(&job)
+        ),
         Kind::GpuFault => fault_hint(evidence),
         Kind::Throttled => {
             let why = if evidence.clock_event_reasons.is_empty() {
@@ -259,6 +278,21 @@ pub fn hint(kind: Kind, evidence: &Evidence) -> String {
              code. {} {base}",
             fault_summary(f),
             fault_action(f)
+        );
+    }
+    if let Some(p) = &evidence.phase {
+        base = format!("{} {base}", crate::phase::hint(p));
+    }
+    if let Some(s) = &evidence.stuck {
+        let waits = s
+            .waiting_on
+            .as_ref()
+            .map(|w| format!(", waiting on {w}"))
+            .unwrap_or_default();
+        base = format!(
+            "Stuck at {} ({}{waits}): every Python thread stood at the same place in {} reads \
+             over {:.0} s, so this is named before the hang time. {base}",
+            s.place, s.thread, s.reads, s.over_seconds
         );
     }
     match &evidence.stacks {
