@@ -223,7 +223,7 @@ SCENARIOS = {s.name: s for s in [
     Scenario("torch_compile", "PyTorch: then torch.compile warms up (Dynamo, Inductor building C++ "
              "for the CPU): the GPU idles while one thread burns a core, as if starved, then steps "
              "run through the compiled model: the phase `compiling`, no stall",
-             [torch_job("--compile", "once")], [], 330),
+             [torch_job("--compile", "once", "--compile-cache", "{workdir}/inductor")], [], 330),
     Scenario("tfdata_cache_memory", "tf.data: then cache() in memory fills the job's 768 MiB "
              "memory cgroup to 128 MiB below its limit (~430 MiB of images, full at ~190-210 s); "
              "then a thread rewrites a 512 MiB checkpoint file: reclaim waits on writeback "

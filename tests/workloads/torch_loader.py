@@ -62,6 +62,8 @@ def parse_args(argv=None):
     a("--step-kernel", type=float, default=0.035, help="GPU seconds per batch")
     a("--hang", choices=("main", "worker"), help="hang at the onset instead (see above)")
     a("--compile", choices=("once", "recompile"), help="compile the model at the onset (see above)")
+    a("--compile-cache", help="Inductor's cache directory (TORCHINDUCTOR_CACHE_DIR): a new one "
+      "compiles cold, as a first run does, not from an earlier run's cache in /tmp")
     a("--log-every-s", type=float, default=5.0)
     a("--prepare", action="store_true", help="write the JPEGs and exit")
     a("--measure", type=float, help="time the slow loader for this many seconds and exit")
@@ -145,6 +147,8 @@ class Net:
 def compiled_steps(args):
     """Batches through a compiled model: its first call compiles; with
     `recompile`, every 4th step a longer input (a new shape to compile for)."""
+    if args.compile_cache:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = args.compile_cache
     import torch
     torch._dynamo.config.cache_size_limit = 64
     model = torch.compile(Net(), dynamic=False if args.compile == "recompile" else None)

@@ -609,6 +609,14 @@ impl DiagnosisConfig {
     }
 
     /// The phases' limits, scaled, when phases are enabled.
+    /// The same rules where no stack reader answers short reads (stacks
+    /// turned off): no phases, no hang confirmation.
+    pub fn without_short_reads(mut self) -> Self {
+        self.phases.enabled = false;
+        self.hang_confirmation.enabled = false;
+        self
+    }
+
     pub fn phase_limits(&self) -> Option<crate::phase::Limits> {
         let p = &self.phases;
         p.enabled.then(|| crate::phase::Limits {

@@ -76,7 +76,14 @@ const MARKS: &[(&str, &str, JobPhase)] = &[
         "",
         JobPhase::Compiling,
     ),
-    ("tensorflow/python/autograph/", "", JobPhase::Compiling),
+    // AutoGraph's converter, not `autograph/impl/api.py`: its
+    // `do_not_convert` wrapper runs at every call of a `tf.py_function`.
+    ("tensorflow/python/autograph/pyct/", "", JobPhase::Compiling),
+    (
+        "tensorflow/python/autograph/converters/",
+        "",
+        JobPhase::Compiling,
+    ),
     ("torch/serialization.py", "", JobPhase::Checkpointing),
     ("torch/distributed/checkpoint/", "", JobPhase::Checkpointing),
     ("safetensors/", "", JobPhase::Checkpointing),
@@ -150,9 +157,9 @@ pub fn of_reads(reads: &[Vec<ThreadRead>]) -> Option<JobPhase> {
 }
 
 /// Longest the stall kinds wait for the first short read of a stall (real
-/// seconds: a read is a burst of 1 s, and the first read of a process makes
-/// its spy, up to 2 s).
-pub const AWAIT_SECONDS: f64 = 5.0;
+/// seconds: a read is a burst of 1 s, the first read of a process makes its
+/// spy, up to 2 s and more on a loaded host).
+pub const AWAIT_SECONDS: f64 = 10.0;
 /// Shortest time between phase reads, whatever `time_scale` (a read takes
 /// 1 s of the stacks thread, which the episodes' bursts need too).
 pub const MIN_INTERVAL: f64 = 5.0;
@@ -415,6 +422,41 @@ mod tests {
             ],
         );
         assert_eq!(of_reads(&[running]), None);
+        // A tf.data `py_function` at work: it runs through AutoGraph's
+        // `do_not_convert` wrapper at every call.
+        let py_function = read(
+            'R',
+            vec![
+                frame("decode_image", "tf_pipeline.py", false),
+                frame(
+                    "do_not_convert.<locals>.wrapper",
+                    "tensorflow/python/autograph/impl/api.py",
+                    true,
+                ),
+                frame(
+                    "EagerFunc.__call__",
+                    "tensorflow/python/ops/script_ops.py",
+                    true,
+                ),
+            ],
+        );
+        assert_eq!(of_reads(&[py_function]), None);
+        let converting = read(
+            'R',
+            vec![
+                frame(
+                    "parse_entity",
+                    "tensorflow/python/autograph/pyct/parser.py",
+                    true,
+                ),
+                frame(
+                    "converted_call",
+                    "tensorflow/python/autograph/impl/api.py",
+                    true,
+                ),
+            ],
+        );
+        assert_eq!(of_reads(&[converting]), Some(JobPhase::Compiling));
         let saving = read(
             'D',
             vec![

@@ -1,7 +1,8 @@
 //! `GET /api/v1/stacks/<pid>?seconds=N`: the Python stacks of a process of a
-//! GPU job, on demand. One burst at a time (429 while one runs), at most
-//! `stacks.max_on_demand` long; the handler waits on the stacks thread's
-//! answer, never on `/proc` itself.
+//! GPU job, on demand. One burst at a time (429 while another caller's
+//! holds the thread), at most `stacks.max_on_demand` long; an automatic burst in progress is waited for
+//! (at most its own length and the grace), and no new one starts meanwhile.
+//! The handler waits on the stacks thread's answer, never on `/proc` itself.
 
 use std::time::Duration;
 
@@ -84,7 +85,8 @@ pub async fn stacks(
         only_jobs: Some(jobs),
         deliver: Deliver::Caller(reply),
     };
-    if stacks.try_request(request).is_err() {
+    let wait = state.stacks_config.duration + GRACE;
+    if stacks.request_within(request, wait).await.is_err() {
         return (
             StatusCode::TOO_MANY_REQUESTS,
             [(header::RETRY_AFTER, "10")],

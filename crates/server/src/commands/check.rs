@@ -14,16 +14,23 @@ use crate::api::status::{StatusResponse, nvml_state};
 use crate::cli::CheckArgs;
 use crate::commands::{report, run};
 use crate::config::Config;
+use crate::contained::ContainedReader;
+use crate::sampling::stacks::SHORT_BURST;
 use crate::sampling::{frame, stacks};
+use diagnosis::stacks::Focus;
 
 /// Longest stack burst a check adds to its run.
 const CHECK_STACKS: Duration = Duration::from_secs(5);
 
 /// Reads the stacks of each GPU whose episodes want them, as the daemon
 /// would, and attaches them before the report.
-fn sample_stacks(engine: &mut Engine, config: &Config, quiet: bool) -> Vec<diagnosis::Event> {
+fn sample_stacks(
+    engine: &mut Engine,
+    reader: &mut ContainedReader,
+    config: &Config,
+    quiet: bool,
+) -> Vec<diagnosis::Event> {
     let mut amended = Vec::new();
-    let mut reader = config.stacks.reader(&config.procfs.root);
     let duration = config.stacks.duration.min(CHECK_STACKS);
     for gpu in engine.status() {
         let Some((pid, focus)) = stacks::target(&gpu) else {
@@ -40,6 +47,16 @@ fn sample_stacks(engine: &mut Engine, config: &Config, quiet: bool) -> Vec<diagn
         amended.extend(engine.attach_stacks(gpu.gpu, &gpu.uuid, report));
     }
     amended
+}
+
+/// The short reads the engine finds due (a silent job's hang confirmation,
+/// a stalled job's phase), taken at once: each holds the loop for its burst.
+fn short_reads(engine: &mut Engine, reader: &mut ContainedReader, config: &Config, t: f64) {
+    for (gpu, uuid, pid) in engine.short_reads_due() {
+        engine.short_read_asked(gpu, &uuid, t);
+        let report = reader.sample(pid, Focus::AllThreads, config.stacks.rate, SHORT_BURST);
+        engine.attach_short_read(gpu, &uuid, &report);
+    }
 }
 
 pub const EXIT_FOUND: u8 = 1;
@@ -79,7 +96,15 @@ pub fn main(args: CheckArgs) -> ExitCode {
         .sampling
         .interval
         .min(Duration::from_secs_f64(seconds / 30.0));
-    let mut engine = Engine::new(config.diagnosis.fitted_to(seconds));
+    let mut reader = config
+        .stacks
+        .enabled
+        .then(|| config.stacks.reader(&config.procfs.root));
+    let mut diagnosis = config.diagnosis.fitted_to(seconds);
+    if reader.is_none() {
+        diagnosis = diagnosis.without_short_reads();
+    }
+    let mut engine = Engine::new(diagnosis);
     if !args.json {
         eprintln!(
             "stallwatch: watching for {} ...",
@@ -95,6 +120,9 @@ pub fn main(args: CheckArgs) -> ExitCode {
         let sample = collector.sample();
         let snapshot = derive(prev.as_ref().map(|(s, n)| (s, n)), &sample);
         events.extend(engine.observe(&frame::from_snapshot(&snapshot)));
+        if let Some(reader) = reader.as_mut() {
+            short_reads(&mut engine, reader, &config, snapshot.timestamp_seconds);
+        }
         last = Some((
             snapshot.timestamp_seconds,
             snapshot.nvml_up,
@@ -103,8 +131,8 @@ pub fn main(args: CheckArgs) -> ExitCode {
         prev = Some((sample, snapshot));
         std::thread::sleep(interval.saturating_sub(tick.elapsed()));
     }
-    if config.stacks.enabled {
-        for amended in sample_stacks(&mut engine, &config, args.json) {
+    if let Some(reader) = reader.as_mut() {
+        for amended in sample_stacks(&mut engine, reader, &config, args.json) {
             if let Some(e) = events.iter_mut().find(|e| e.id == amended.id) {
                 *e = amended;
             }

@@ -106,7 +106,13 @@ fn serve(config: Config, web: WebConfig, record_frames: Option<PathBuf>) -> anyh
             ),
             None => None,
         };
-        let engine = Arc::new(Mutex::new(Engine::new(config.diagnosis.clone())));
+        // Phases and hang confirmations need short reads of the stacks.
+        let diagnosis = if config.stacks.enabled {
+            config.diagnosis.clone()
+        } else {
+            config.diagnosis.clone().without_short_reads()
+        };
+        let engine = Arc::new(Mutex::new(Engine::new(diagnosis)));
         let (publish, latest) = watch::channel(None);
         let (stop_tx, stop_rx) = mpsc::channel();
         let (trigger, stacks) = if config.stacks.enabled {

@@ -8,7 +8,7 @@
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -25,7 +25,7 @@ const PRUNE_EVERY: Duration = Duration::from_secs(10);
 
 /// How long a short read lasts (a hang's confirmation, a job's phase): not
 /// scaled, it is a burst of reads, not a window of the rules.
-const SHORT_BURST: Duration = Duration::from_secs(1);
+pub const SHORT_BURST: Duration = Duration::from_secs(1);
 
 /// What a GPU's report is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,7 +68,13 @@ pub struct Stacks {
     tx: SyncSender<Request>,
     /// Set while a request is taken and not yet answered.
     busy: Arc<AtomicBool>,
+    /// Callers (the API) waiting for the thread: the automatic reads let
+    /// them go first.
+    callers: Arc<AtomicUsize>,
 }
+
+/// How often a waiting caller looks whether the thread is free.
+const CALLER_POLL: Duration = Duration::from_millis(50);
 
 /// The stacks thread is in a burst: ask again later.
 #[derive(Debug)]
@@ -139,23 +145,63 @@ impl Stacks {
                     }
                 }
             })?;
-        Ok((Stacks { tx, busy }, done_rx, handle))
+        let callers = Arc::new(AtomicUsize::new(0));
+        Ok((Stacks { tx, busy, callers }, done_rx, handle))
     }
 
-    /// Hands a request to the thread if it is idle.
+    /// Hands an automatic request to the thread if it is idle and no
+    /// caller waits for it.
     pub fn try_request(&self, request: Request) -> Result<(), Busy> {
+        if self.callers.load(Ordering::Acquire) > 0 {
+            return Err(Busy);
+        }
+        self.hand_over(request)
+    }
+
+    /// Hands a caller's request to the thread, waiting up to `wait` for the
+    /// burst in progress (an automatic one ends within its own duration);
+    /// no automatic read starts while a caller waits.
+    pub async fn request_within(&self, request: Request, wait: Duration) -> Result<(), Busy> {
+        struct Waiting<'a>(&'a AtomicUsize);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        self.callers.fetch_add(1, Ordering::AcqRel);
+        let _waiting = Waiting(&self.callers);
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut request = request;
+        loop {
+            match self.hand_over_or_return(request) {
+                Ok(()) => return Ok(()),
+                Err(back) if tokio::time::Instant::now() < deadline => {
+                    request = back;
+                    tokio::time::sleep(CALLER_POLL).await;
+                }
+                Err(_) => return Err(Busy),
+            }
+        }
+    }
+
+    fn hand_over(&self, request: Request) -> Result<(), Busy> {
+        self.hand_over_or_return(request).map_err(|_| Busy)
+    }
+
+    /// Hands `request` over if the thread is idle, else gives it back.
+    fn hand_over_or_return(&self, request: Request) -> Result<(), Request> {
         if self
             .busy
             .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
             .is_err()
         {
-            return Err(Busy);
+            return Err(request);
         }
         match self.tx.try_send(request) {
             Ok(()) => Ok(()),
-            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+            Err(TrySendError::Full(back) | TrySendError::Disconnected(back)) => {
                 self.busy.store(false, Ordering::Release);
-                Err(Busy)
+                Err(back)
             }
         }
     }
