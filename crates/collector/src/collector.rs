@@ -2,13 +2,15 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime};
 
 use crate::error::CollectError;
-use crate::faults::{FaultFeed, FaultOptions, KernelLogState};
+use crate::faults::{FaultFeed, FaultOptions};
 use crate::gpu::{GpuOptions, GpuSource};
 use crate::proc::ProcReader;
+use crate::sample::faults::KernelLogState;
 use crate::sample::{ErrorCounts, Sample};
+use crate::time::unix_seconds;
 
 pub struct Collector {
     gpu: GpuSource,
@@ -63,15 +65,4 @@ impl Collector {
             kernel_log,
         }
     }
-}
-
-/// Now, in seconds since the epoch.
-pub fn unix_now() -> f64 {
-    unix_seconds(SystemTime::now())
-}
-
-pub fn unix_seconds(t: SystemTime) -> f64 {
-    t.duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
 }

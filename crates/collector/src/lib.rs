@@ -12,6 +12,7 @@ pub mod gpu;
 pub mod proc;
 pub mod sample;
 pub mod snapshot;
+pub mod time;
 
 pub use error::CollectError;
 pub mod stacks;

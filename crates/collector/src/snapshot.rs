@@ -26,7 +26,7 @@ pub struct Snapshot {
     /// Read errors since the daemon started, by source.
     pub errors_total: ErrorCounts,
     #[serde(default)]
-    pub kernel_log: crate::faults::KernelLogState,
+    pub kernel_log: crate::sample::faults::KernelLogState,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -63,14 +63,14 @@ pub struct GpuSnapshot {
     pub mig: Option<MigIdentity>,
     /// Memory, NVLink and recovery state (`None`: the device reports none).
     #[serde(default)]
-    pub health: Option<crate::faults::health::GpuHealth>,
+    pub health: Option<crate::sample::faults::GpuHealth>,
     /// Xid errors since the daemon started, by Xid.
     #[serde(default)]
     pub xid_errors_total: std::collections::BTreeMap<u32, u64>,
     #[serde(default)]
-    pub last_xid: Option<crate::faults::ledger::XidRecord>,
+    pub last_xid: Option<crate::sample::faults::XidRecord>,
     #[serde(default)]
-    pub last_fatal_xid: Option<crate::faults::ledger::XidRecord>,
+    pub last_fatal_xid: Option<crate::sample::faults::XidRecord>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -154,10 +154,10 @@ pub struct JobSnapshot {
     pub attribution: Attribution,
     /// Its distributed run and rank, from the launcher's variables.
     #[serde(default)]
-    pub rank: crate::proc::rank::RankRead,
+    pub rank: crate::sample::job::RankRead,
     /// The ML frameworks whose libraries the leader has mapped.
     #[serde(default)]
-    pub frameworks: crate::proc::libraries::Frameworks,
+    pub frameworks: crate::sample::job::Frameworks,
     /// PyTorch DataLoader worker processes among the job's descendants
     /// (named `pt_data_worker` by PyTorch), and whether the leader runs the
     /// DataLoader's pin-memory thread (`pt_data_pin`).

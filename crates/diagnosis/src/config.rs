@@ -29,51 +29,6 @@ macro_rules! config_struct {
 }
 
 config_struct!(
-    /// Shared settings and one section per kind.
-    DiagnosisConfig {
-        /// Grace period after a job's own start time in which no stall kind fires.
-        #[serde(with = "humantime_serde")]
-        warmup: Duration = secs(120),
-        /// Utilization below this makes a sample "idle".
-        idle_below: f64 = 0.05,
-        /// Utilization at or above this makes a sample "busy".
-        busy_above: f64 = 0.95,
-        /// Utilization at or above this, while the job shows output at its
-        /// usual rhythm, makes a sample count toward the busy-power baseline:
-        /// a job that runs healthy at 80% draws its working power there too.
-        baseline_above: f64 = 0.7,
-        /// How many recent events are kept in memory for the API.
-        events_capacity: usize = 1000,
-        /// Multiplies every window, enter, exit, warm-up and hang time (1 = as written).
-        time_scale: f64 = 1.0,
-        /// No-progress kinds: the hang time is this many times the job's usual
-        /// interval between output growths, clamped to [hang_min, hang_max].
-        hang_multiplier: f64 = 5.0,
-        #[serde(with = "humantime_serde")]
-        hang_min: Duration = secs(600),
-        #[serde(with = "humantime_serde")]
-        hang_max: Duration = secs(3600),
-        hang_confirmation: HangConfirmation = HangConfirmation::default(),
-        phases: JobPhases = JobPhases::default(),
-        input_starved: InputStarved = InputStarved::default(),
-        input_bound: InputBound = InputBound::default(),
-        single_thread_bound: SingleThreadBound = SingleThreadBound::default(),
-        cpu_saturated: CpuSaturated = CpuSaturated::default(),
-        io_bound: IoBound = IoBound::default(),
-        busy_no_progress: BusyNoProgress = BusyNoProgress::default(),
-        idle_no_progress: IdleNoProgress = IdleNoProgress::default(),
-        host_memory_pressure: HostMemoryPressure = HostMemoryPressure::default(),
-        gpu_memory_full: GpuMemoryFull = GpuMemoryFull::default(),
-        shared_gpu: SharedGpu = SharedGpu::default(),
-        leftover_process: LeftoverProcess = LeftoverProcess::default(),
-        throttled: Throttled = Throttled::default(),
-        spinning: Spinning = Spinning::default(),
-        launch_bound: LaunchBound = LaunchBound::default(),
-        gpu_fault: GpuFault = GpuFault::default(),
-    }
-);
-
-config_struct!(
     /// The no-progress kinds without waiting for the hang time: a job silent
     /// while its GPU idles or spins is read in short bursts, and when every
     /// Python thread stands at the same place in `reads` reads, `interval`
@@ -122,313 +77,6 @@ pub struct Confirming {
     pub reads: u32,
 }
 
-config_struct!(
-    /// GPU almost always idle while the job's pipeline works.
-    InputStarved {
-        enabled: bool = true,
-        #[serde(with = "humantime_serde")]
-        window: Duration = secs(60),
-        #[serde(with = "humantime_serde")]
-        enter_for: Duration = secs(20),
-        #[serde(with = "humantime_serde")]
-        exit_for: Duration = secs(30),
-        max_mean: f64 = 0.10,
-        min_idle_share: f64 = 0.8,
-        /// The job must be alive: CPU in cores, mean over the window.
-        min_job_cpu: f64 = 0.05,
-        /// Leave when the utilization mean over `exit_for` rises above this.
-        exit_mean: f64 = 0.25,
-    }
-);
-
-config_struct!(
-    /// GPU busy well under half the time while the job works: utilization
-    /// steady or swinging, mean low.
-    InputBound {
-        enabled: bool = true,
-        #[serde(with = "humantime_serde")]
-        window: Duration = secs(120),
-        #[serde(with = "humantime_serde")]
-        enter_for: Duration = secs(30),
-        #[serde(with = "humantime_serde")]
-        exit_for: Duration = secs(60),
-        /// Enter when the utilization mean over the window is below this,
-        /// steady or swinging: idle samples are not needed (NVML averages
-        /// utilization over its own period, so a fast serial pipeline reads a
-        /// steady mid value, never 0).
-        max_mean: f64 = 0.5,
-        /// Optionally also require this share of idle samples (0: not required).
-        min_idle_share: f64 = 0.0,
-        /// The job must be alive: CPU in cores, mean over the window.
-        min_job_cpu: f64 = 0.05,
-        /// Leave when the mean over `exit_for` reaches this...
-        exit_mean: f64 = 0.6,
-        /// ...or the idle share over `exit_for` falls below this (0: never;
-        /// meant to go with a `min_idle_share`).
-        exit_idle_share: f64 = 0.0,
-    }
-);
-
-config_struct!(
-    /// One thread of the job pinned at a full core while the GPU waits, or
-    /// GIL-bound work of one process spread over several threads.
-    SingleThreadBound {
-        enabled: bool = true,
-        #[serde(with = "humantime_serde")]
-        window: Duration = secs(60),
-        #[serde(with = "humantime_serde")]
-        enter_for: Duration = secs(15),
-        #[serde(with = "humantime_serde")]
-        exit_for: Duration = secs(60),
-        /// A sample counts as pinned when the busiest thread used this share
-        /// of a core...
-        min_thread_cpu: f64 = 0.9,
-        /// ...or when two or more busy threads of one process used this many
-        /// cores together, counting their waits for a CPU (GIL-bound work
-        /// hopping between threads: each handover of the GIL costs a wake-up,
-        /// so they fall a little short of the full core one pinned thread
-        /// shows, and on a busy host the GIL waits with the thread it was
-        /// handed to)...
-        min_spread_cpu: f64 = 0.8,
-        /// ...while that whole process used less than this many cores: the
-        /// GIL lets its Python threads use about one core between them.
-        max_process_cpu: f64 = 1.3,
-        /// Share of the window's samples that must be pinned.
-        min_pinned_share: f64 = 0.8,
-        /// Leave when the busiest thread (or one process's busy threads
-        /// together) stays below this share of a core.
-        exit_thread_cpu: f64 = 0.7,
-    }
-);
-
-config_struct!(
-    /// The host has too little CPU for the input pipeline.
-    CpuSaturated {
-        enabled: bool = true,
-        #[serde(with = "humantime_serde")]
-        window: Duration = secs(60),
-        #[serde(with = "humantime_serde")]
-        enter_for: Duration = secs(15),
-        #[serde(with = "humantime_serde")]
-        exit_for: Duration = secs(60),
-        min_host_cpu: f64 = 0.85,
-        /// PSI cpu "some" avg10, as a ratio.
-        min_psi_cpu: f64 = 0.20,
-        exit_host_cpu: f64 = 0.70,
-        exit_psi_cpu: f64 = 0.10,
-    }
-);
-
-config_struct!(
-    /// The input pipeline waits on storage.
-    IoBound {
-        enabled: bool = true,
-        #[serde(with = "humantime_serde")]
-        window: Duration = secs(60),
-        #[serde(with = "humantime_serde")]
-        enter_for: Duration = secs(15),
-        #[serde(with = "humantime_serde")]
-        exit_for: Duration = secs(60),
-        /// PSI io "some" avg10, as a ratio.
-        min_psi_io: f64 = 0.20,
-        /// Share of samples with a job thread in D (uninterruptible) state.
-        min_disk_sleep_share: f64 = 0.3,
-        exit_psi_io: f64 = 0.10,
-        exit_disk_sleep_share: f64 = 0.1,
-    }
-);
-
-config_struct!(
-    /// GPU busy all the time, no output for the hang time, power low: a hang
-    /// (a spinning kernel or a stuck collective).
-    BusyNoProgress {
-        enabled: bool = true,
-        #[serde(with = "humantime_serde")]
-        window: Duration = secs(300),
-        #[serde(with = "humantime_serde")]
-        enter_for: Duration = secs(30),
-        #[serde(with = "humantime_serde")]
-        exit_for: Duration = secs(5),
-        min_busy_share: f64 = 0.95,
-        /// Power must be under this share of the GPU's busy baseline (learned
-        /// while the job made progress)...
-        max_power_of_baseline: f64 = 0.7,
-        /// ...or, with no baseline yet, under this share of the power limit.
-        max_power_of_limit: f64 = 0.4,
-        exit_busy_share: f64 = 0.5,
-    }
-);
-
-config_struct!(
-    /// GPU idle, job idle, no output for the hang time: a deadlock or a wait
-    /// that never ends.
-    IdleNoProgress {
-        enabled: bool = true,
-        #[serde(with = "humantime_serde")]
-        window: Duration = secs(300),
-        #[serde(with = "humantime_serde")]
-        enter_for: Duration = secs(30),
-        #[serde(with = "humantime_serde")]
-        exit_for: Duration = secs(5),
-        max_mean: f64 = 0.05,
-        /// Job CPU in cores, mean over the window.
-        max_job_cpu: f64 = 0.05,
-    }
-);
-
-config_struct!(
-    /// The host is short of memory.
-    HostMemoryPressure {
-        enabled: bool = true,
-        #[serde(with = "humantime_serde")]
-        enter_for: Duration = secs(30),
-        #[serde(with = "humantime_serde")]
-        exit_for: Duration = secs(60),
-        /// MemAvailable / MemTotal.
-        max_available: f64 = 0.10,
-        /// PSI memory "some" avg10, as a ratio.
-        min_psi_memory: f64 = 0.10,
-        exit_available: f64 = 0.15,
-        exit_psi_memory: f64 = 0.05,
-    }
-);
-
-config_struct!(
-    /// GPU memory nearly full (context: TensorFlow preallocates by default).
-    GpuMemoryFull {
-        enabled: bool = true,
-        #[serde(with = "humantime_serde")]
-        enter_for: Duration = secs(30),
-        #[serde(with = "humantime_serde")]
-        exit_for: Duration = secs(30),
-        min_used: f64 = 0.98,
-        exit_used: f64 = 0.95,
-    }
-);
-
-config_struct!(
-    /// Two or more separate processes hold sizeable memory on one GPU.
-    SharedGpu {
-        enabled: bool = true,
-        #[serde(with = "humantime_serde")]
-        enter_for: Duration = secs(30),
-        #[serde(with = "humantime_serde")]
-        exit_for: Duration = secs(60),
-        min_process_memory_bytes: u64 = 256 << 20,
-    }
-);
-
-config_struct!(
-    /// A process holds GPU memory without using the GPU, and its parent is
-    /// gone (zombie, orphaned to pid 1, or no longer in /proc).
-    LeftoverProcess {
-        enabled: bool = true,
-        /// How long without SM activity before it counts.
-        #[serde(with = "humantime_serde")]
-        idle_for: Duration = secs(600),
-        #[serde(with = "humantime_serde")]
-        exit_for: Duration = secs(5),
-    }
-);
-
-config_struct!(
-    /// Clocks held down by power or thermal limits while the GPU is busy.
-    Throttled {
-        enabled: bool = true,
-        #[serde(with = "humantime_serde")]
-        window: Duration = secs(60),
-        #[serde(with = "humantime_serde")]
-        enter_for: Duration = secs(10),
-        #[serde(with = "humantime_serde")]
-        exit_for: Duration = secs(60),
-        /// Share of busy samples with a power, thermal or hardware slowdown reason.
-        min_share: f64 = 0.8,
-        /// Samples at or above this utilization count as busy here.
-        min_utilization: f64 = 0.5,
-    }
-);
-
-config_struct!(
-    /// The GPU reads busy but does no work: a kernel spins (a collective
-    /// waiting for a rank). With GPM: SM activity low and flat, tensor and
-    /// DRAM idle, no NVLink or PCIe traffic, power low. Without GPM: busy at
-    /// a fraction of the learned busy power. Either way with no output for
-    /// the window.
-    Spinning {
-        enabled: bool = true,
-        #[serde(with = "humantime_serde")]
-        window: Duration = secs(120),
-        #[serde(with = "humantime_serde")]
-        enter_for: Duration = secs(30),
-        #[serde(with = "humantime_serde")]
-        exit_for: Duration = secs(10),
-        /// Share of samples with utilization.gpu at or above `busy_above`
-        /// (where utilization.gpu is reported).
-        min_busy_share: f64 = 0.9,
-        /// GPM: SM activity mean at most this...
-        max_sm_active: f64 = 0.25,
-        /// ...and flat: its standard deviation at most this.
-        max_sm_active_stddev: f64 = 0.03,
-        /// GPM: tensor and DRAM activity means at most these.
-        max_tensor_active: f64 = 0.01,
-        max_dram_active: f64 = 0.02,
-        /// NVLink and PCIe traffic (each, both directions) at most this, bytes/s.
-        max_link_bytes_per_second: f64 = 16_777_216.0,
-        /// Power under this share of the GPU's busy baseline (learned while
-        /// the job made progress); the only signal without GPM...
-        max_power_of_baseline: f64 = 0.5,
-        /// ...or, with GPM and no baseline yet, under this share of the limit.
-        max_power_of_limit: f64 = 0.3,
-        /// Leave when SM activity over `exit_for` rises above this (GPM), or
-        /// power back above the baseline share (no GPM), or output resumes.
-        exit_sm_active: f64 = 0.4,
-    }
-);
-
-config_struct!(
-    /// utilization.gpu high but SM activity (GPM) low for a long window
-    /// while the job makes progress: kernels too small or too few. A
-    /// finding, not a stall.
-    LaunchBound {
-        enabled: bool = true,
-        #[serde(with = "humantime_serde")]
-        window: Duration = secs(300),
-        #[serde(with = "humantime_serde")]
-        enter_for: Duration = secs(60),
-        #[serde(with = "humantime_serde")]
-        exit_for: Duration = secs(60),
-        /// utilization.gpu mean over the window at least this (busy by the
-        /// coarse reading).
-        min_utilization: f64 = 0.8,
-        /// SM activity mean over the window under this.
-        max_sm_active: f64 = 0.5,
-        /// Leave when SM activity over `exit_for` reaches this.
-        exit_sm_active: f64 = 0.65,
-    }
-);
-
-config_struct!(
-    /// A fault the job's work does not survive: a fatal Xid, a failed row
-    /// remapping, or a recovery action the driver asks for, on a GPU with a
-    /// job (or that lost it a moment ago).
-    GpuFault {
-        enabled: bool = true,
-        /// A fatal Xid counts this long after it was reported: as long as
-        /// the longest hang time, so a job that hangs after the fault is
-        /// still explained by it.
-        #[serde(with = "humantime_serde")]
-        fault_for: Duration = secs(3600),
-        /// A GPU whose job went away this recently still counts as having one
-        /// (the fault may have killed it, or the GPU fell off the bus).
-        #[serde(with = "humantime_serde")]
-        job_gone: Duration = secs(300),
-        #[serde(with = "humantime_serde")]
-        enter_for: Duration = Duration::ZERO,
-        #[serde(with = "humantime_serde")]
-        exit_for: Duration = secs(60),
-    }
-);
-
 /// What every kind's section under `[diagnosis.<kind>]` has: its switch, its
 /// times and the values that are ratios. `timing`, `fitted_to` and `validate`
 /// read every kind through it, and `sections!` below is the one table from a
@@ -447,10 +95,21 @@ pub trait KindConfig {
     fn ratios(&self) -> Vec<(&'static str, f64)>;
 }
 
-/// `KindConfig` for a section with `enabled`, `enter_for` and `exit_for`, a
-/// `window` when it names one, and the ratio keys it lists.
+/// `KindConfig` for a section, by its `times` (see `kinds.rs`).
 macro_rules! kind_config {
-    ($name:ident, $($window:ident,)? [$($ratio:ident),* $(,)?]) => {
+    ($name:ident, windowed, [$($ratio:ident),*]) => {
+        kind_config!(@impl $name, (window), (enter_for), enter_for, [$($ratio),*]);
+    };
+    ($name:ident, latest, [$($ratio:ident),*]) => {
+        kind_config!(@impl $name, (), (enter_for), enter_for, [$($ratio),*]);
+    };
+    // Counts after its own `idle_for` (`leftover_idle_seconds`), which
+    // `fitted_to` shrinks as the enter time.
+    ($name:ident, idle_for, [$($ratio:ident),*]) => {
+        kind_config!(@impl $name, (), (), idle_for, [$($ratio),*]);
+    };
+    (@impl $name:ident, ($($window:ident)?), ($($enter:ident)?), $fit_enter:ident,
+        [$($ratio:ident),*]) => {
         impl KindConfig for $name {
             fn enabled(&self) -> bool {
                 self.enabled
@@ -459,13 +118,13 @@ macro_rules! kind_config {
                 some_or_none!($(&self.$window)?)
             }
             fn enter_for(&self) -> Option<&Duration> {
-                Some(&self.enter_for)
+                some_or_none!($(&self.$enter)?)
             }
             fn exit_for(&self) -> &Duration {
                 &self.exit_for
             }
             fn times_to_fit(&mut self) -> (Option<&mut Duration>, &mut Duration, &mut Duration) {
-                (some_or_none!($(&mut self.$window)?), &mut self.enter_for, &mut self.exit_for)
+                (some_or_none!($(&mut self.$window)?), &mut self.$fit_enter, &mut self.exit_for)
             }
             fn ratios(&self) -> Vec<(&'static str, f64)> {
                 vec![$((stringify!($ratio), self.$ratio)),*]
@@ -484,103 +143,79 @@ macro_rules! some_or_none {
     };
 }
 
-kind_config!(InputStarved, window, [max_mean, min_idle_share, exit_mean]);
-kind_config!(
-    InputBound,
-    window,
-    [max_mean, min_idle_share, exit_mean, exit_idle_share]
-);
-kind_config!(SingleThreadBound, window, [min_pinned_share]);
-kind_config!(CpuSaturated, window, [min_host_cpu]);
-kind_config!(IoBound, window, [min_disk_sleep_share]);
-kind_config!(BusyNoProgress, window, [min_busy_share]);
-kind_config!(IdleNoProgress, window, []);
-kind_config!(HostMemoryPressure, [max_available]);
-kind_config!(GpuMemoryFull, [min_used]);
-kind_config!(SharedGpu, []);
-kind_config!(Throttled, window, [min_share]);
-kind_config!(
-    Spinning,
-    window,
-    [
-        min_busy_share,
-        max_sm_active,
-        max_sm_active_stddev,
-        max_tensor_active,
-        max_dram_active,
-        max_power_of_baseline,
-        max_power_of_limit,
-        exit_sm_active
-    ]
-);
-kind_config!(
-    LaunchBound,
-    window,
-    [min_utilization, max_sm_active, exit_sm_active]
-);
-kind_config!(GpuFault, []);
+/// `DiagnosisConfig` (the shared settings handed over, then a section per
+/// kind), each kind's section with its `KindConfig`, and the way from a kind
+/// to its section: all from the table in `kinds.rs`.
+macro_rules! diagnosis_config {
+    ({ $($shared:tt)* }
+        $(
+            ($(#[$doc:meta])*) $kind:ident $key:ident ($($detector:ident)::+) ($($hint:ident)::+)
+            ($traits:expr)
+            $times:ident ($($ratio:ident)*)
+            ($($(#[$fmeta:meta])* $field:ident : $ty:ty = $default:expr,)*)
+        )*
+    ) => {
+        config_struct!(
+            /// Shared settings and one section per kind.
+            DiagnosisConfig {
+                $($shared)*
+                $($key: $kind = $kind::default(),)*
+            }
+        );
 
-/// A leftover process counts after `idle_for` without SM activity, read on its
-/// own (`leftover_idle_seconds`); it has no window or enter time, and `fitted_to`
-/// shrinks `idle_for` as the enter time.
-impl KindConfig for LeftoverProcess {
-    fn enabled(&self) -> bool {
-        self.enabled
-    }
-    fn window(&self) -> Option<&Duration> {
-        None
-    }
-    fn enter_for(&self) -> Option<&Duration> {
-        None
-    }
-    fn exit_for(&self) -> &Duration {
-        &self.exit_for
-    }
-    fn times_to_fit(&mut self) -> (Option<&mut Duration>, &mut Duration, &mut Duration) {
-        (None, &mut self.idle_for, &mut self.exit_for)
-    }
-    fn ratios(&self) -> Vec<(&'static str, f64)> {
-        Vec::new()
-    }
-}
+        $(
+            config_struct!(
+                $(#[$doc])*
+                $kind {
+                    enabled: bool = true,
+                    $($(#[$fmeta])* $field: $ty = $default,)*
+                }
+            );
+            kind_config!($kind, $times, [$($ratio),*]);
+        )*
 
-/// The table from a kind to its section: a new kind adds its row here (beside
-/// its field in `DiagnosisConfig`, its section struct and its `kind_config!`).
-macro_rules! sections {
-    ($($kind:ident => $field:ident),* $(,)?) => {
         impl DiagnosisConfig {
             fn section(&self, kind: Kind) -> &dyn KindConfig {
                 match kind {
-                    $(Kind::$kind => &self.$field,)*
+                    $(Kind::$kind => &self.$key,)*
                 }
             }
 
             fn section_mut(&mut self, kind: Kind) -> &mut dyn KindConfig {
                 match kind {
-                    $(Kind::$kind => &mut self.$field,)*
+                    $(Kind::$kind => &mut self.$key,)*
                 }
             }
         }
     };
 }
 
-sections! {
-    InputStarved => input_starved,
-    InputBound => input_bound,
-    SingleThreadBound => single_thread_bound,
-    CpuSaturated => cpu_saturated,
-    IoBound => io_bound,
-    BusyNoProgress => busy_no_progress,
-    IdleNoProgress => idle_no_progress,
-    HostMemoryPressure => host_memory_pressure,
-    GpuMemoryFull => gpu_memory_full,
-    SharedGpu => shared_gpu,
-    LeftoverProcess => leftover_process,
-    Throttled => throttled,
-    Spinning => spinning,
-    LaunchBound => launch_bound,
-    GpuFault => gpu_fault,
-}
+crate::kinds::kind_table!(diagnosis_config {
+    /// Grace period after a job's own start time in which no stall kind fires.
+    #[serde(with = "humantime_serde")]
+    warmup: Duration = secs(120),
+    /// Utilization below this makes a sample "idle".
+    idle_below: f64 = 0.05,
+    /// Utilization at or above this makes a sample "busy".
+    busy_above: f64 = 0.95,
+    /// Utilization at or above this, while the job shows output at its
+    /// usual rhythm, makes a sample count toward the busy-power baseline:
+    /// a job that runs healthy at 80% draws its working power there too.
+    baseline_above: f64 = 0.7,
+    /// How many recent events are kept in memory for the API.
+    events_capacity: usize = 1000,
+    /// Multiplies every window, enter, exit, warm-up and hang time (1 = as written).
+    time_scale: f64 = 1.0,
+    /// No-progress kinds: the hang time is this many times the job's usual
+    /// interval between output growths, clamped to [hang_min, hang_max].
+    hang_multiplier: f64 = 5.0,
+    #[serde(with = "humantime_serde")]
+    hang_min: Duration = secs(600),
+    #[serde(with = "humantime_serde")]
+    hang_max: Duration = secs(3600),
+    hang_confirmation: HangConfirmation = HangConfirmation::default(),
+    phases: JobPhases = JobPhases::default(),
+});
 
 /// Longest any time may be once multiplied by `time_scale`. Far beyond any
 /// use, and it keeps every derived time a valid `Duration`.
@@ -608,7 +243,6 @@ impl DiagnosisConfig {
         self.scaled(self.warmup)
     }
 
-    /// The phases' limits, scaled, when phases are enabled.
     /// The same rules where no stack reader answers short reads (stacks
     /// turned off): no phases, no hang confirmation.
     pub fn without_short_reads(mut self) -> Self {
@@ -617,6 +251,7 @@ impl DiagnosisConfig {
         self
     }
 
+    /// The phases' limits, scaled, when phases are enabled.
     pub fn phase_limits(&self) -> Option<crate::phase::Limits> {
         let p = &self.phases;
         p.enabled.then(|| crate::phase::Limits {

@@ -11,7 +11,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::evidence::round;
+use crate::round::round;
 use crate::stacks::{HotSpot, Outcome, StackReport, ThreadStacks, describe_spot};
 
 /// A thread stands still in a burst when its most frequent place holds at

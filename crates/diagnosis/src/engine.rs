@@ -6,10 +6,10 @@ use std::collections::VecDeque;
 
 use crate::config::DiagnosisConfig;
 use crate::confirm::Confirmation;
+use crate::detect::hint;
 use crate::detect::{Ctx, UtilizationCache, detect};
 use crate::evidence::{Evidence, FaultEvidence};
 use crate::frame::{Frame, GpuFrame, JobFrame};
-use crate::hint::hint;
 use crate::hysteresis::{Episode, Transition};
 use crate::phase::Phases;
 use crate::processes;
@@ -324,7 +324,7 @@ impl Engine {
             ctx.active.set(was_active);
             let mut finding = detect(kind, &ctx);
             if was_active || finding.condition.enter {
-                finding.evidence.framework = crate::framework::evidence(&ctx.jobs, ctx.host);
+                finding.evidence.framework = crate::evidence::framework(&ctx.jobs, ctx.host);
                 if kind.yields_to_phase() {
                     finding.evidence.phase = phase.clone().filter(|p| p.unusual);
                 }
@@ -555,7 +555,7 @@ impl Engine {
     pub fn attach_short_read(&mut self, gpu: u32, uuid: &str, report: &StackReport) {
         if let Some(s) = self.gpu_mut(gpu, uuid) {
             s.confirm.add(report.pid, report.time, report);
-            s.phases.add(report.pid, report.time, report);
+            s.phases.add(report.pid, report.time, report.phase);
         }
     }
 

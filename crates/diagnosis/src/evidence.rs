@@ -3,6 +3,10 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::frame::{HostFrame, JobFrame};
+use crate::framework::{Framework, FrameworkEvidence};
+use crate::round::{round, round_opt};
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Evidence {
     /// Length of the window the statistics cover, seconds.
@@ -205,11 +209,36 @@ pub struct ProcessEvidence {
     pub idle_seconds: Option<f64>,
 }
 
-/// Rounds to 4 significant decimals so evidence reads cleanly.
-pub fn round(v: f64) -> f64 {
-    (v * 10_000.0).round() / 10_000.0
-}
-
-pub fn round_opt(v: Option<f64>) -> Option<f64> {
-    v.map(round)
+/// The framework evidence of a GPU's jobs; `None` where nothing points at
+/// any framework.
+pub fn framework(jobs: &[&JobFrame], host: &HostFrame) -> Option<FrameworkEvidence> {
+    let mut libraries: Vec<Framework> = jobs
+        .iter()
+        .flat_map(|j| j.framework.loaded.iter().copied())
+        .collect();
+    libraries.sort();
+    libraries.dedup();
+    let workers: u32 = jobs.iter().map(|j| j.framework.data_loader_workers).sum();
+    let pin = jobs.iter().any(|j| j.framework.pin_memory_thread);
+    let named = workers > 0 || pin;
+    let name = match libraries.as_slice() {
+        _ if named => Some(Framework::Pytorch),
+        [one] => Some(*one),
+        _ => None,
+    };
+    if name.is_none() && libraries.is_empty() {
+        return None;
+    }
+    let pytorch = name == Some(Framework::Pytorch) || libraries.contains(&Framework::Pytorch);
+    let idle_cpus = host
+        .cpus
+        .zip(host.cpu_utilization)
+        .map(|(n, used)| round(n as f64 * (1.0 - used).clamp(0.0, 1.0)));
+    Some(FrameworkEvidence {
+        name,
+        libraries,
+        data_loader_workers: pytorch.then_some(workers),
+        pin_memory: pytorch.then_some(pin),
+        idle_cpus,
+    })
 }

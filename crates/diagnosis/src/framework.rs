@@ -13,9 +13,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::evidence::{Evidence, round};
-use crate::frame::{HostFrame, JobFrame};
-use crate::stacks::ThreadRead;
+use crate::reads::ThreadRead;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -95,54 +93,11 @@ pub struct FrameworkEvidence {
     pub idle_cpus: Option<f64>,
 }
 
-/// The framework evidence of a GPU's jobs; `None` where nothing points at
-/// any framework.
-pub fn evidence(jobs: &[&JobFrame], host: &HostFrame) -> Option<FrameworkEvidence> {
-    let mut libraries: Vec<Framework> = jobs
-        .iter()
-        .flat_map(|j| j.framework.loaded.iter().copied())
-        .collect();
-    libraries.sort();
-    libraries.dedup();
-    let workers: u32 = jobs.iter().map(|j| j.framework.data_loader_workers).sum();
-    let pin = jobs.iter().any(|j| j.framework.pin_memory_thread);
-    let named = workers > 0 || pin;
-    let name = match libraries.as_slice() {
-        _ if named => Some(Framework::Pytorch),
-        [one] => Some(*one),
-        _ => None,
-    };
-    if name.is_none() && libraries.is_empty() {
-        return None;
-    }
-    let pytorch = name == Some(Framework::Pytorch) || libraries.contains(&Framework::Pytorch);
-    let idle_cpus = host
-        .cpus
-        .zip(host.cpu_utilization)
-        .map(|(n, used)| round(n as f64 * (1.0 - used).clamp(0.0, 1.0)));
-    Some(FrameworkEvidence {
-        name,
-        libraries,
-        data_loader_workers: pytorch.then_some(workers),
-        pin_memory: pytorch.then_some(pin),
-        idle_cpus,
-    })
-}
-
-/// The framework a finding's hint speaks: its stacks' where they name one,
-/// else the one its frames settled.
-pub fn chosen(evidence: &Evidence) -> Option<Framework> {
-    evidence
-        .stacks
-        .as_ref()
-        .and_then(|s| s.framework)
-        .or_else(|| evidence.framework.as_ref().and_then(|f| f.name))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::frame::JobFramework;
+    use crate::evidence::framework as evidence;
+    use crate::frame::{HostFrame, JobFrame, JobFramework};
     use crate::stacks::CodeFrame;
 
     fn job(loaded: &[Framework], workers: u32, pin: bool) -> JobFrame {

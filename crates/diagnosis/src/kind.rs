@@ -3,139 +3,97 @@
 
 use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Kind {
-    InputStarved,
-    InputBound,
-    SingleThreadBound,
-    CpuSaturated,
-    IoBound,
-    BusyNoProgress,
-    IdleNoProgress,
-    HostMemoryPressure,
-    GpuMemoryFull,
-    SharedGpu,
-    LeftoverProcess,
-    Throttled,
-    Spinning,
-    LaunchBound,
-    GpuFault,
+// What else a kind is (the `traits` of its entry in `kinds.rs`).
+/// Makes the GPU's verdict `stalled`.
+const STALL: u8 = 1;
+/// Says why a GPU is starved or input-bound; active only with one of those.
+const REFINEMENT: u8 = 1 << 1;
+/// Worth the job's Python stacks.
+const STACKS: u8 = 1 << 2;
+/// Its stacks show every thread (where each one waits), not the busy work.
+const ALL_THREADS: u8 = 1 << 3;
+/// Explained by the job's own phase while that lasts a normal time.
+const PHASE: u8 = 1 << 4;
+/// Held back by the warm-up grace period.
+const WARMUP: u8 = 1 << 5;
+
+/// `Kind`, its list and its traits, from the table.
+macro_rules! kind_enum {
+    ({}
+        $(
+            ($(#[$doc:meta])*) $kind:ident $key:ident ($($detector:ident)::+) ($($hint:ident)::+)
+            ($traits:expr)
+            $times:ident ($($ratio:ident)*) ($($settings:tt)*)
+        )*
+    ) => {
+        #[derive(
+            Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+        )]
+        #[serde(rename_all = "snake_case")]
+        pub enum Kind {
+            $($(#[$doc])* $kind,)*
+        }
+
+        impl Kind {
+            pub const ALL: [Kind; [$(Kind::$kind),*].len()] = [$(Kind::$kind),*];
+
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Kind::$kind => stringify!($key),)*
+                }
+            }
+
+            fn traits(self) -> u8 {
+                match self {
+                    $(Kind::$kind => $traits,)*
+                }
+            }
+        }
+    };
 }
 
+crate::kinds::kind_table!(kind_enum);
+
 impl Kind {
-    pub const ALL: [Kind; 15] = [
-        Kind::InputStarved,
-        Kind::InputBound,
-        Kind::SingleThreadBound,
-        Kind::CpuSaturated,
-        Kind::IoBound,
-        Kind::BusyNoProgress,
-        Kind::IdleNoProgress,
-        Kind::HostMemoryPressure,
-        Kind::GpuMemoryFull,
-        Kind::SharedGpu,
-        Kind::LeftoverProcess,
-        Kind::Throttled,
-        Kind::Spinning,
-        Kind::LaunchBound,
-        Kind::GpuFault,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::InputStarved => "input_starved",
-            Kind::InputBound => "input_bound",
-            Kind::SingleThreadBound => "single_thread_bound",
-            Kind::CpuSaturated => "cpu_saturated",
-            Kind::IoBound => "io_bound",
-            Kind::BusyNoProgress => "busy_no_progress",
-            Kind::IdleNoProgress => "idle_no_progress",
-            Kind::HostMemoryPressure => "host_memory_pressure",
-            Kind::GpuMemoryFull => "gpu_memory_full",
-            Kind::SharedGpu => "shared_gpu",
-            Kind::LeftoverProcess => "leftover_process",
-            Kind::Throttled => "throttled",
-            Kind::Spinning => "spinning",
-            Kind::LaunchBound => "launch_bound",
-            Kind::GpuFault => "gpu_fault",
-        }
-    }
-
     /// Kinds that make a GPU's verdict `stalled`: the GPU is idle (or busy
     /// without progress) because of the job, or its job's work was lost to a
     /// GPU fault. The others are findings that
     /// explain or threaten, shown alongside the verdict.
     pub fn is_stall(self) -> bool {
-        matches!(
-            self,
-            Kind::InputStarved
-                | Kind::InputBound
-                | Kind::SingleThreadBound
-                | Kind::CpuSaturated
-                | Kind::IoBound
-                | Kind::BusyNoProgress
-                | Kind::IdleNoProgress
-                | Kind::Spinning
-                | Kind::GpuFault
-        )
+        self.traits() & STALL != 0
     }
 
     /// Refinements say why a GPU is starved or input-bound, and are active
     /// only together with one of those.
     pub fn is_refinement(self) -> bool {
-        matches!(
-            self,
-            Kind::SingleThreadBound | Kind::CpuSaturated | Kind::IoBound
-        )
+        self.traits() & REFINEMENT != 0
     }
 
     /// Kinds whose episodes are worth the job's Python stacks: where the
     /// job's own code keeps the GPU waiting.
     pub fn wants_stacks(self) -> bool {
-        matches!(
-            self,
-            Kind::InputStarved
-                | Kind::InputBound
-                | Kind::SingleThreadBound
-                | Kind::BusyNoProgress
-                | Kind::IdleNoProgress
-                | Kind::Spinning
-        )
+        self.traits() & STACKS != 0
     }
 
     /// Stall kinds a job's own phase (compiling, checkpointing, the
     /// DataLoader's start-up) explains while it lasts a normal time.
     pub fn yields_to_phase(self) -> bool {
-        matches!(
-            self,
-            Kind::InputStarved
-                | Kind::InputBound
-                | Kind::SingleThreadBound
-                | Kind::CpuSaturated
-                | Kind::IoBound
-                | Kind::BusyNoProgress
-                | Kind::IdleNoProgress
-        )
+        self.traits() & PHASE != 0
     }
 
     /// Whether its stacks should show every thread (where each one waits)
     /// rather than the busy work.
     pub fn stacks_focus(self) -> crate::stacks::Focus {
-        match self {
-            Kind::BusyNoProgress | Kind::IdleNoProgress | Kind::Spinning => {
-                crate::stacks::Focus::AllThreads
-            }
-            _ => crate::stacks::Focus::Busy,
+        if self.traits() & ALL_THREADS != 0 {
+            crate::stacks::Focus::AllThreads
+        } else {
+            crate::stacks::Focus::Busy
         }
     }
 
     /// Whether the warm-up grace period holds this kind back.
     pub fn waits_for_warmup(self) -> bool {
-        !matches!(
-            self,
-            Kind::LeftoverProcess | Kind::Throttled | Kind::GpuMemoryFull | Kind::GpuFault
-        )
+        self.traits() & WARMUP != 0
     }
 }
 

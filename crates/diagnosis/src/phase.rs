@@ -16,8 +16,8 @@ use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
-use crate::evidence::round;
-use crate::stacks::{CodeFrame, StackReport, ThreadRead};
+use crate::reads::{CodeFrame, ThreadRead};
+use crate::round::round;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -250,13 +250,13 @@ impl Phases {
             && self.answered.is_none_or(|r| r < since)
     }
 
-    /// A short read of `pid`, taken at `t`.
-    pub fn add(&mut self, pid: u32, t: f64, report: &StackReport) {
+    /// A short read of `pid`, taken at `t`, that showed `phase`.
+    pub fn add(&mut self, pid: u32, t: f64, phase: Option<JobPhase>) {
         if self.job.map(|(p, _)| p) != Some(pid) {
             return;
         }
         self.answered = Some(t);
-        self.current = match (report.phase, self.current) {
+        self.current = match (phase, self.current) {
             (Some(p), Some(c)) if c.phase == p => Some(Current { last_seen: t, ..c }),
             (Some(phase), _) => {
                 self.entered.push_back((t, phase));
@@ -499,13 +499,6 @@ mod tests {
         }
     }
 
-    fn report(phase: Option<JobPhase>) -> StackReport {
-        let mut r =
-            crate::stacks::unavailable(7, crate::stacks::Outcome::Sampled, String::new(), 0.0);
-        r.phase = phase;
-        r
-    }
-
     #[test]
     fn a_phase_lasts_while_reads_show_it_and_counts_its_seconds() {
         let l = limits();
@@ -513,7 +506,7 @@ mod tests {
         p.follow(Some((7, 1.0)));
         for t in 100..140 {
             if t % 20 == 0 {
-                p.add(7, f64::from(t), &report(Some(JobPhase::Compiling)));
+                p.add(7, f64::from(t), Some(JobPhase::Compiling));
             }
             assert_eq!(p.current(f64::from(t), &l), Some(JobPhase::Compiling));
             p.count(f64::from(t), 1.0, &l);
@@ -526,8 +519,8 @@ mod tests {
         // No read confirms it for more than two intervals: over.
         assert_eq!(p.current(120.0 + 43.0, &l), None);
         // A read without it ends it at once.
-        p.add(7, 150.0, &report(Some(JobPhase::Compiling)));
-        p.add(7, 170.0, &report(None));
+        p.add(7, 150.0, Some(JobPhase::Compiling));
+        p.add(7, 170.0, None);
         assert_eq!(p.current(171.0, &l), None);
         assert_eq!(p.seconds_total[JobPhase::Compiling as usize], 40.0);
     }
@@ -537,7 +530,7 @@ mod tests {
         let l = limits();
         let mut p = Phases::default();
         p.follow(Some((7, 1.0)));
-        p.add(7, 0.0, &report(Some(JobPhase::DataLoaderStartup)));
+        p.add(7, 0.0, Some(JobPhase::DataLoaderStartup));
         p.current(0.0, &l);
         assert!(!p.status(299.0, &l).unwrap().unusual);
         assert!(
@@ -549,17 +542,17 @@ mod tests {
         r.follow(Some((7, 1.0)));
         for k in 0..8 {
             let start = f64::from(k) * 400.0;
-            r.add(7, start, &report(Some(JobPhase::Compiling)));
+            r.add(7, start, Some(JobPhase::Compiling));
             for t in 0..60 {
                 if t % 20 == 0 {
-                    r.add(7, start + f64::from(t), &report(Some(JobPhase::Compiling)));
+                    r.add(7, start + f64::from(t), Some(JobPhase::Compiling));
                 }
                 r.current(start + f64::from(t), &l);
                 r.count(start + f64::from(t), 1.0, &l);
             }
-            r.add(7, start + 61.0, &report(None));
+            r.add(7, start + 61.0, None);
         }
-        r.add(7, 3300.0, &report(Some(JobPhase::Compiling)));
+        r.add(7, 3300.0, Some(JobPhase::Compiling));
         let s = r.status(3300.0, &l).unwrap();
         assert!(
             s.unusual && s.share_last_hour > 0.1 && s.entered_last_hour == 9,

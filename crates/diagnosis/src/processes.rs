@@ -1,8 +1,9 @@
 //! Which processes on a GPU are leftovers, and which share it.
 
 use crate::config::DiagnosisConfig;
-use crate::evidence::{ProcessEvidence, round};
+use crate::evidence::ProcessEvidence;
 use crate::frame::{Frame, GpuFrame, JobFrame};
+use crate::round::round;
 use crate::tracking::ProcessActivity;
 
 /// Processes holding memory without using the GPU for `idle_for`, whose

@@ -1,9 +1,10 @@
 //! Events and job summaries as the engine reports them.
 
 use crate::Kind;
-use crate::evidence::{Evidence, ThreadEvidence, round};
+use crate::detect::hint;
+use crate::evidence::{Evidence, ThreadEvidence};
 use crate::frame::{GpuFrame, JobFrame};
-use crate::hint::hint;
+use crate::round::round;
 use crate::status::{Event, JobRef, JobStatus, Phase};
 
 /// The job an event names: the one holding the most memory on the GPU.

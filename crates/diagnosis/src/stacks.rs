@@ -6,35 +6,8 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::evidence::round;
-
-/// One Python frame as read, already stripped to what may be shown: the
-/// function's name, a package-relative file name and the line.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct CodeFrame {
-    pub function: String,
-    /// Package-relative (`PIL/Image.py`) or the file's own name (`data.py`).
-    pub file: String,
-    /// 0 when unknown.
-    pub line: u32,
-    /// Installed code (standard library, site-packages), not the user's own.
-    pub library: bool,
-}
-
-/// One thread in one read.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ThreadRead {
-    /// Process the thread belongs to and its Linux tid, as the host sees them.
-    pub pid: u32,
-    pub tid: u32,
-    /// `comm` from `/proc`.
-    pub name: String,
-    /// Kernel state letter from `/proc` at the read.
-    pub state: char,
-    pub owns_gil: bool,
-    /// Leaf first.
-    pub frames: Vec<CodeFrame>,
-}
+pub use crate::reads::{CodeFrame, ThreadRead};
+use crate::round::round;
 
 /// What a burst is for: the work that keeps a thread busy (CPU-bound
 /// kinds), or where every thread stands (no-progress kinds).

@@ -182,3 +182,29 @@ pub unsafe fn get_str<'a>(ptr: *const c_char) -> Result<&'a str, Ret> {
         .to_str()
         .map_err(|_| INVALID_ARGUMENT)
 }
+
+/// The count-then-fill protocol: `*count` is the capacity of `out` on entry and the
+/// number of records on return; too small a buffer answers `INSUFFICIENT_SIZE`.
+///
+/// # Safety
+/// `count` is null or valid; `out` is null or valid for `*count` records.
+pub unsafe fn fill<T>(count: *mut c_uint, out: *mut T, records: Vec<T>) -> Result<(), Ret> {
+    if count.is_null() {
+        return Err(INVALID_ARGUMENT);
+    }
+    // SAFETY: non-null, per the contract.
+    let capacity = unsafe { count.read_unaligned() } as usize;
+    let n = records.len();
+    unsafe { count.write_unaligned(n as c_uint) };
+    if n == 0 {
+        return Ok(());
+    }
+    if out.is_null() || capacity < n {
+        return Err(INSUFFICIENT_SIZE);
+    }
+    for (i, record) in records.into_iter().enumerate() {
+        // SAFETY: `i < n <= capacity`.
+        unsafe { out.add(i).write_unaligned(record) };
+    }
+    Ok(())
+}

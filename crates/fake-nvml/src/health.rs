@@ -4,33 +4,10 @@
 
 use std::ffi::c_uint;
 
-use serde::Deserialize;
-
 use crate::abi::put;
 use crate::call::{Handle, device_call};
 use crate::codes::{INVALID_ARGUMENT, NOT_SUPPORTED, Ret};
-use crate::scenario::Gpu;
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct Health {
-    pub ecc_corrected: u64,
-    pub ecc_uncorrected: u64,
-    pub retired_pages_single_bit: u64,
-    pub retired_pages_double_bit: u64,
-    pub retired_pages_pending: bool,
-    pub remapped_rows_correctable: u64,
-    pub remapped_rows_uncorrectable: u64,
-    pub row_remap_pending: bool,
-    pub row_remap_failure: bool,
-    pub nvlink_crc_flit_errors: u64,
-    pub nvlink_crc_data_errors: u64,
-    pub nvlink_replay_errors: u64,
-    pub nvlink_recovery_errors: u64,
-    /// `nvmlDeviceGpuRecoveryAction_t`: 0 none, 1 GPU reset, 2 node reboot,
-    /// 3 drain P2P, 4 drain and reset.
-    pub recovery_action: u32,
-}
+use crate::scenario::{Gpu, Health};
 
 /// `NVML_VALUE_TYPE_UNSIGNED_INT`, `..._UNSIGNED_LONG_LONG`.
 const UINT: c_uint = 1;

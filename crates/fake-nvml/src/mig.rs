@@ -5,11 +5,10 @@
 use std::ffi::{c_char, c_uint};
 
 use crate::abi::{
-    MEMORY_V2_VERSION, MemoryV1, MemoryV2, ProcessInfoV1, ProcessInfoV2, put, put_str,
+    MEMORY_V2_VERSION, MemoryV1, MemoryV2, ProcessInfoV1, ProcessInfoV2, fill, put, put_str,
 };
 use crate::call::{Handle, device_call, handle_for, mig_call, mig_handle_for, mig_of};
 use crate::codes::{ARGUMENT_VERSION_MISMATCH, INVALID_ARGUMENT, NOT_FOUND, NOT_SUPPORTED, Ret};
-use crate::process::fill;
 use crate::scenario::{MAX_MIG, MigInstance, Process, ProcessType};
 
 /// `NVML_VALUE_NOT_AVAILABLE` as an unsigned long long.

@@ -3,41 +3,15 @@
 use std::ffi::c_uint;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::abi::{ProcessInfoV1, ProcessInfoV2, ProcessUtilizationSample};
+use crate::abi::{ProcessInfoV1, ProcessInfoV2, ProcessUtilizationSample, fill};
 use crate::call::{Handle, device_call};
-use crate::codes::{INSUFFICIENT_SIZE, INVALID_ARGUMENT, NOT_FOUND, Ret};
+use crate::codes::{NOT_FOUND, Ret};
 use crate::scenario::{Feature, Gpu, Process, ProcessType};
 
 /// `NVML_VALUE_NOT_AVAILABLE` as an unsigned long long.
 const NOT_AVAILABLE: u64 = u64::MAX;
 /// Instance IDs of a process outside MIG.
 const NO_INSTANCE: c_uint = u32::MAX;
-
-/// The count-then-fill protocol: `*count` is the capacity of `out` on entry and the
-/// number of records on return; too small a buffer answers `INSUFFICIENT_SIZE`.
-///
-/// # Safety
-/// `count` is null or valid; `out` is null or valid for `*count` records.
-pub unsafe fn fill<T>(count: *mut c_uint, out: *mut T, records: Vec<T>) -> Result<(), Ret> {
-    if count.is_null() {
-        return Err(INVALID_ARGUMENT);
-    }
-    // SAFETY: non-null, per the contract.
-    let capacity = unsafe { count.read_unaligned() } as usize;
-    let n = records.len();
-    unsafe { count.write_unaligned(n as c_uint) };
-    if n == 0 {
-        return Ok(());
-    }
-    if out.is_null() || capacity < n {
-        return Err(INSUFFICIENT_SIZE);
-    }
-    for (i, record) in records.into_iter().enumerate() {
-        // SAFETY: `i < n <= capacity`.
-        unsafe { out.add(i).write_unaligned(record) };
-    }
-    Ok(())
-}
 
 fn processes(g: &Gpu, kind: ProcessType) -> impl Iterator<Item = &Process> {
     g.processes.iter().filter(move |p| p.kind == kind)

@@ -74,10 +74,10 @@ pub struct Gpu {
     /// MIG mode on, with these instances; absent: MIG not supported.
     pub mig: Option<Vec<MigInstance>>,
     /// Scripted Xid errors.
-    pub xids: Vec<crate::xids::Xid>,
+    pub xids: Vec<Xid>,
     /// ECC, retirement, remapping, NVLink and recovery counters; absent:
     /// every such field answers `NOT_SUPPORTED`.
-    pub health: Option<crate::health::Health>,
+    pub health: Option<Health>,
 }
 
 impl Default for Gpu {
@@ -379,4 +379,49 @@ mod tests {
         );
         assert!(s.fault("nvmlDeviceGetUtilizationRates", Some(0)).is_none());
     }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Xid {
+    pub xid: u64,
+    #[serde(default)]
+    pub at_ms: u64,
+    #[serde(default)]
+    pub pid: Option<u32>,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub message: Option<String>,
+    /// Delivered as an NVML event (real drivers miss some, e.g. 79).
+    #[serde(default = "yes")]
+    pub nvml_event: bool,
+    /// Written to the kernel log.
+    #[serde(default = "yes")]
+    pub kernel_log: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Health {
+    pub ecc_corrected: u64,
+    pub ecc_uncorrected: u64,
+    pub retired_pages_single_bit: u64,
+    pub retired_pages_double_bit: u64,
+    pub retired_pages_pending: bool,
+    pub remapped_rows_correctable: u64,
+    pub remapped_rows_uncorrectable: u64,
+    pub row_remap_pending: bool,
+    pub row_remap_failure: bool,
+    pub nvlink_crc_flit_errors: u64,
+    pub nvlink_crc_data_errors: u64,
+    pub nvlink_replay_errors: u64,
+    pub nvlink_recovery_errors: u64,
+    /// `nvmlDeviceGpuRecoveryAction_t`: 0 none, 1 GPU reset, 2 node reboot,
+    /// 3 drain P2P, 4 drain and reset.
+    pub recovery_action: u32,
 }

@@ -16,12 +16,10 @@ use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use serde::Deserialize;
-
 use crate::abi::put;
 use crate::call::{Handle, device_call, guard, handle_for, settle};
 use crate::codes::{GPU_IS_LOST, INVALID_ARGUMENT, NOT_SUPPORTED, Ret};
-use crate::scenario::Feature;
+use crate::scenario::{Feature, Xid};
 use crate::state::{self, Loaded};
 
 pub const TIMEOUT: Ret = 10;
@@ -32,30 +30,6 @@ const XID_CRITICAL: u64 = 0x8;
 /// How often a waiting call looks at the scenario file again (it also wakes
 /// when a scripted Xid falls due).
 const SLICE: Duration = Duration::from_millis(250);
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Xid {
-    pub xid: u64,
-    #[serde(default)]
-    pub at_ms: u64,
-    #[serde(default)]
-    pub pid: Option<u32>,
-    #[serde(default)]
-    pub name: Option<String>,
-    #[serde(default)]
-    pub message: Option<String>,
-    /// Delivered as an NVML event (real drivers miss some, e.g. 79).
-    #[serde(default = "yes")]
-    pub nvml_event: bool,
-    /// Written to the kernel log.
-    #[serde(default = "yes")]
-    pub kernel_log: bool,
-}
-
-fn yes() -> bool {
-    true
-}
 
 /// One Xid entry: GPU index, position in its list, and the entry.
 type Key = (usize, usize, Xid);

@@ -23,8 +23,8 @@ use collector::sample::{
 };
 use collector::snapshot::Snapshot;
 use diagnosis::{DiagnosisConfig, Engine, GpuStatus};
-use stallwatch::api::metrics_body::MetricsBodies;
 use stallwatch::metrics::{Format, Scrape, render};
+use stallwatch::sampling::bodies::MetricsBodies;
 use stallwatch::sampling::frame;
 
 mod timing;

@@ -172,5 +172,4 @@ where
 }
 
 #[cfg(test)]
-#[path = "logging_tests.rs"]
 mod tests;

@@ -22,8 +22,9 @@ use nvml_wrapper::event::EventSet;
 use nvml_wrapper::struct_wrappers::event::EventData;
 use nvml_wrapper::{Device, Nvml};
 
-use super::{FaultSource, GpuRef, XidReport};
-use crate::collector::unix_seconds;
+use super::report::{GpuRef, XidReport};
+use crate::sample::faults::FaultSource;
+use crate::time::unix_seconds;
 
 const FIRST_RETRY: Duration = Duration::from_secs(1);
 /// Longest pause between two attempts to initialise NVML for events: the

@@ -20,8 +20,9 @@ use std::sync::mpsc::Sender;
 use std::time::Duration;
 
 use super::kmsg::{MAX_LINE, parse_line};
-use super::{FaultSource, GpuRef, XidReport};
-use crate::collector::unix_seconds;
+use super::report::{GpuRef, XidReport};
+use crate::sample::faults::FaultSource;
+use crate::time::unix_seconds;
 
 const POLL: Duration = Duration::from_millis(250);
 const REOPEN: Duration = Duration::from_secs(60);

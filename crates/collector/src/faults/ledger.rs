@@ -4,25 +4,14 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
-use serde::{Deserialize, Serialize};
-
-use super::{FaultSource, GpuRef, PciAddr, XidReport};
+use super::kmsg::PciAddr;
+use super::report::{GpuRef, XidReport};
 use crate::sample::GpuSample;
+use crate::sample::faults::{FaultSource, XidRecord};
 
 /// Reports of one Xid on one GPU from the two sources this close together
 /// are one Xid.
 pub const SAME_XID_SECONDS: f64 = 10.0;
-
-/// The latest Xid on a GPU, with what the reports said about it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct XidRecord {
-    pub xid: u32,
-    pub at_seconds: f64,
-    pub pid: Option<u32>,
-    pub comm: Option<String>,
-    pub detail: String,
-    pub source: FaultSource,
-}
 
 #[derive(Debug, Clone)]
 struct Seen {

@@ -12,9 +12,9 @@
 mod events;
 mod kernel_log;
 pub use kernel_log::Lines;
-pub mod health;
 pub mod kmsg;
 pub mod ledger;
+mod report;
 pub mod xid;
 
 use std::path::PathBuf;
@@ -23,40 +23,12 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::mpsc::{self, Receiver};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
 use crate::error::CollectError;
 use crate::sample::GpuSample;
+pub use crate::sample::faults::{FaultSource, KernelLogState};
 pub use kmsg::PciAddr;
 use ledger::Ledger;
-
-/// Where an Xid report came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FaultSource {
-    Nvml,
-    KernelLog,
-}
-
-/// The GPU a report names: NVML events know the device, kernel lines only
-/// its PCI address.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum GpuRef {
-    Uuid(String),
-    Pci(PciAddr),
-}
-
-/// One Xid report from either source.
-#[derive(Debug, Clone, PartialEq)]
-pub struct XidReport {
-    pub at_seconds: f64,
-    pub gpu: GpuRef,
-    pub xid: u32,
-    pub source: FaultSource,
-    pub pid: Option<u32>,
-    pub comm: Option<String>,
-    pub detail: String,
-}
+pub use report::{GpuRef, XidReport};
 
 #[derive(Debug, Clone, Default)]
 pub struct FaultOptions {
@@ -67,27 +39,6 @@ pub struct FaultOptions {
     pub kernel_log: Option<PathBuf>,
     /// Longest single wait on NVML events.
     pub event_wait: Duration,
-}
-
-/// Whether the kernel log can be read: a closed set, exported as
-/// `stallwatch_kernel_log_readable`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum KernelLogState {
-    #[default]
-    Disabled,
-    Readable,
-    Unreadable,
-}
-
-impl KernelLogState {
-    fn from_u8(v: u8) -> Self {
-        match v {
-            1 => KernelLogState::Readable,
-            2 => KernelLogState::Unreadable,
-            _ => KernelLogState::Disabled,
-        }
-    }
 }
 
 /// How long an NVML event waits for its kernel-log line (which names the

@@ -10,6 +10,7 @@ use nvml_wrapper::{Device, Nvml};
 
 use super::gpm::{self, GpmMemo};
 use super::older::{self, Calls};
+use super::reader::Reader;
 use crate::sample::{ErrorCounts, ErrorSource, GpuProcessKind, GpuProcessSample, GpuSample};
 
 /// Identity of a GPU that does not change while the driver is loaded.
@@ -28,31 +29,6 @@ pub struct DeviceMemo {
     pub last_seen_us: u64,
     /// The previous GPM sample.
     pub gpm: GpmMemo,
-}
-
-/// Collects the outcome of NVML calls on one device: a value, "not supported"
-/// (left out, no error), "GPU lost", or a counted error.
-pub(super) struct Reader<'e> {
-    errors: &'e mut ErrorCounts,
-    lost: bool,
-}
-
-impl Reader<'_> {
-    pub(super) fn take<T>(&mut self, result: Result<T, NvmlError>) -> Option<T> {
-        match result {
-            Ok(v) => Some(v),
-            Err(NvmlError::NotSupported | NvmlError::FunctionNotFound) => None,
-            Err(NvmlError::FailedToLoadSymbol(_)) => None,
-            Err(NvmlError::GpuLost) => {
-                self.lost = true;
-                None
-            }
-            Err(_) => {
-                self.errors.add(ErrorSource::Nvml);
-                None
-            }
-        }
-    }
 }
 
 /// A GPU that is known but does not answer: `up: false`, last identity.

@@ -8,8 +8,8 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::struct_wrappers::device::FieldValueSample;
 use nvml_wrapper::structs::device::FieldId;
 
-use super::device::Reader;
-use crate::faults::health::{GpuHealth, RecoveryAction};
+use super::reader::Reader;
+use crate::sample::faults::{GpuHealth, RecoveryAction};
 
 // Field ids from nvml.h (below 251: the same numbers on every driver).
 const ECC_SBE_VOL_TOTAL: u32 = 3;

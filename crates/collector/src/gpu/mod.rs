@@ -10,24 +10,16 @@ mod gpm;
 mod health;
 mod mig;
 mod older;
+mod options;
+mod reader;
 mod worker;
 
-use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
 use std::time::Duration;
 
 use crate::error::CollectError;
 use crate::sample::{ErrorCounts, ErrorSource, GpuReadout};
-
-#[derive(Debug, Clone)]
-pub struct GpuOptions {
-    /// The NVML library file; `None` loads the system's `libnvidia-ml.so.1`.
-    pub library: Option<PathBuf>,
-    /// How long a sample waits for NVML before using stale data.
-    pub timeout: Duration,
-    /// Longest wait between two attempts to initialise NVML.
-    pub init_retry_max: Duration,
-}
+pub use options::GpuOptions;
 
 pub struct GpuSource {
     requests: SyncSender<()>,

@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 use nvml_wrapper::Nvml;
 use nvml_wrapper::error::NvmlError;
 
-use super::GpuOptions;
 use super::device::{DeviceMemo, down_sample, read_device};
 use super::mig::{MigMemos, read_instances};
 use super::older::Calls;
+use super::options::GpuOptions;
 use crate::sample::{ErrorCounts, ErrorSource, GpuReadout, GpuSample};
 
 const FIRST_RETRY: Duration = Duration::from_secs(1);

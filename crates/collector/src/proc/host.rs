@@ -7,7 +7,7 @@ use std::path::Path;
 use procfs::prelude::*;
 use procfs::{CpuTime, Meminfo, ProcResult};
 
-use super::{ProcReader, read_kernel_stats};
+use super::mount::{Mount, read_kernel_stats};
 use crate::sample::{CpuTimes, ErrorCounts, ErrorSource, HostMemory, HostSample, Pressure};
 
 /// What reading `/proc/pressure/*` returns when PSI is compiled in but
@@ -15,7 +15,7 @@ use crate::sample::{CpuTimes, ErrorCounts, ErrorSource, HostMemory, HostSample, 
 /// that still create the files. 95 on x86, Arm, POWER and RISC-V.
 const EOPNOTSUPP: i32 = 95;
 
-pub(super) fn read_host(reader: &ProcReader, errors: &mut ErrorCounts) -> HostSample {
+pub(super) fn read_host(reader: &Mount, errors: &mut ErrorCounts) -> HostSample {
     let root = reader.root();
     let mut host = HostSample::default();
     let stat = root.join("stat");
@@ -45,7 +45,7 @@ pub(super) fn read_host(reader: &ProcReader, errors: &mut ErrorCounts) -> HostSa
 
 /// busy = user + nice + system + irq + softirq + steal (guest time is
 /// already inside user and nice); total = busy + idle + iowait.
-fn cpu_times(reader: &ProcReader, t: &CpuTime) -> CpuTimes {
+fn cpu_times(reader: &Mount, t: &CpuTime) -> CpuTimes {
     let busy = [
         Some(t.user),
         Some(t.nice),

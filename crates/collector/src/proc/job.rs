@@ -6,11 +6,13 @@ use std::collections::{HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 
 use super::children::{ChildrenCache, parse_last_pid};
+use super::gone::job_value;
+use super::mount::Mount;
 use super::open_files::{Kind, OpenFiles};
 use super::read::Buffer;
 use super::stat::{StatFields, parse_io, parse_schedstat, parse_stat};
 use super::tasks::{Activity, Tasks};
-use super::{ProcReader, cgroup, job_value, libraries, output, rank};
+use super::{cgroup, libraries, output, rank};
 use crate::sample::{ErrorCounts, JobSample, ProcessId, ProcessSample, ThreadSample};
 
 /// What the job reader keeps from one sample to the next.
@@ -28,7 +30,7 @@ pub(super) struct Memory {
 }
 
 pub(super) fn read_jobs(
-    reader: &ProcReader,
+    reader: &Mount,
     holders: &[(u32, Vec<u32>)],
     errors: &mut ErrorCounts,
     memory: &mut Memory,
@@ -63,7 +65,7 @@ pub(super) fn read_jobs(
 
 /// What one walk over the jobs carries along.
 struct Walk<'a> {
-    reader: &'a ProcReader,
+    reader: &'a Mount,
     errors: &'a mut ErrorCounts,
     buf: &'a mut Buffer,
     memory: &'a mut Memory,
@@ -446,6 +448,6 @@ fn unless_exited<T>(
 fn exited(dir: &Path, buf: &mut Buffer) -> bool {
     match buf.read(&dir.join("stat")) {
         Ok(bytes) => parse_stat(bytes).is_some_and(|s| matches!(s.state, 'Z' | 'X' | 'x')),
-        Err(e) => super::io_vanished(&e),
+        Err(e) => super::gone::io_vanished(&e),
     }
 }

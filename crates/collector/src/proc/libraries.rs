@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read};
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
+use crate::sample::job::Frameworks;
 
 /// Most of a `maps` file read.
 pub const MAX_MAPS: u64 = 4 << 20;
@@ -20,41 +20,6 @@ pub const MAX_MAPS: u64 = 4 << 20;
 const MAX_LINE: u64 = 4096 + 128;
 /// How long a read that found no framework stands.
 pub const RETRY: Duration = Duration::from_secs(60);
-
-/// The frameworks whose libraries a process has mapped.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Frameworks {
-    #[serde(default)]
-    pub pytorch: bool,
-    #[serde(default)]
-    pub tensorflow: bool,
-    #[serde(default)]
-    pub jax: bool,
-}
-
-impl Frameworks {
-    pub fn any(&self) -> bool {
-        self.pytorch || self.tensorflow || self.jax
-    }
-
-    fn all(&self) -> bool {
-        self.pytorch && self.tensorflow && self.jax
-    }
-
-    /// Notes the framework a mapped file belongs to, by its base name
-    /// (`libtorch_cpu.so`, `libtensorflow_framework.so.2`) or, for JAX,
-    /// its package directory (`jaxlib/`).
-    fn note(&mut self, path: &str) {
-        let base = path.rsplit('/').next().unwrap_or(path);
-        if base.starts_with("libtorch") || base.starts_with("libc10") {
-            self.pytorch = true;
-        } else if base.starts_with("libtensorflow") || base.starts_with("_pywrap_tensorflow") {
-            self.tensorflow = true;
-        } else if path.contains("/jaxlib/") || base.starts_with("libjax") {
-            self.jax = true;
-        }
-    }
-}
 
 /// Reads a `maps` stream: at most `MAX_MAPS` bytes, each line looked at
 /// once and dropped.

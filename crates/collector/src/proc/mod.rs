@@ -10,9 +10,11 @@
 
 mod cgroup;
 mod children;
+mod gone;
 mod host;
 mod job;
 pub mod libraries;
+mod mount;
 mod open_files;
 mod output;
 pub mod rank;
@@ -23,11 +25,11 @@ mod tasks;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use procfs::prelude::*;
-use procfs::{ExplicitSystemInfo, KernelStats, ProcError, ProcResult};
+use procfs::ProcError;
 
 use crate::error::CollectError;
-use crate::sample::{ErrorCounts, ErrorSource, HostSample, JobSample};
+use crate::sample::{ErrorCounts, HostSample, JobSample};
+use mount::{Mount, read_kernel_stats};
 
 pub use cgroup::parse_attribution;
 pub use host::{PsiAvg10, parse_pressure};
@@ -38,10 +40,7 @@ pub use stat::{StatFields, parse_io, parse_schedstat, parse_stat};
 /// Reads job and host samples from one procfs mount.
 #[derive(Debug, Clone)]
 pub struct ProcReader {
-    root: PathBuf,
-    boot_time_seconds: u64,
-    ticks_per_second: u64,
-    page_size_bytes: u64,
+    mount: Mount,
     memory: job::Memory,
 }
 
@@ -74,21 +73,23 @@ impl ProcReader {
         };
         Ok(ProcReader {
             memory,
-            root,
-            boot_time_seconds: stats.btime,
-            ticks_per_second,
-            page_size_bytes,
+            mount: Mount {
+                root,
+                boot_time_seconds: stats.btime,
+                ticks_per_second,
+                page_size_bytes,
+            },
         })
     }
 
     /// The procfs mount this reader reads.
     pub fn root(&self) -> &Path {
-        &self.root
+        self.mount.root()
     }
 
     /// Boot time from `<root>/stat`, seconds since the epoch.
     pub fn boot_time_seconds(&self) -> u64 {
-        self.boot_time_seconds
+        self.mount.boot_time_seconds
     }
 
     /// `holders`: for each pid NVML reports holding a GPU context, the GPU
@@ -110,7 +111,7 @@ impl ProcReader {
         memory.attributions.begin();
         memory.ranks.begin();
         memory.libraries.begin();
-        let jobs = job::read_jobs(self, holders, errors, &mut memory);
+        let jobs = job::read_jobs(&self.mount, holders, errors, &mut memory);
         self.memory = memory;
         jobs
     }
@@ -122,11 +123,7 @@ impl ProcReader {
 
     /// CPU times, online CPUs, pressure and memory of the whole host.
     pub fn read_host(&self, errors: &mut ErrorCounts) -> HostSample {
-        host::read_host(self, errors)
-    }
-
-    fn ticks_to_seconds(&self, ticks: u64) -> f64 {
-        ticks as f64 / self.ticks_per_second as f64
+        host::read_host(&self.mount, errors)
     }
 }
 
@@ -137,22 +134,6 @@ fn schedstat_works(root: &Path) -> bool {
         .ok()
         .and_then(|bytes| stat::parse_schedstat(&bytes))
         .is_some_and(|s| s.run_ns > 0 && s.timeslices > 0)
-}
-
-/// `<root>/stat`. The parser wants system info only for the tick rate it
-/// stores; boot time is what it reads.
-fn read_kernel_stats(
-    path: &Path,
-    ticks_per_second: u64,
-    page_size: u64,
-) -> ProcResult<KernelStats> {
-    let info = ExplicitSystemInfo {
-        boot_time_secs: 0,
-        ticks_per_second,
-        page_size,
-        is_little_endian: cfg!(target_endian = "little"),
-    };
-    KernelStats::from_file(path, &info)
 }
 
 fn collect_error(path: PathBuf, error: ProcError) -> CollectError {
@@ -170,37 +151,5 @@ fn collect_error(path: PathBuf, error: ProcError) -> CollectError {
             path,
             message: other.to_string(),
         },
-    }
-}
-
-/// "No such process": what reads of an open `/proc/<pid>` file return once
-/// the process has been reaped. Its value is 3 on every Linux architecture.
-const ESRCH: i32 = 3;
-
-/// The read failed because the process or thread is gone (exited and reaped,
-/// or its pid directory never existed).
-fn io_vanished(error: &io::Error) -> bool {
-    error.kind() == io::ErrorKind::NotFound || error.raw_os_error() == Some(ESRCH)
-}
-
-fn vanished(error: &ProcError) -> bool {
-    match error {
-        ProcError::NotFound(_) => true,
-        ProcError::Io(e, _) => io_vanished(e),
-        _ => false,
-    }
-}
-
-/// The value of a job read: `None` without an error when the process is
-/// gone, `None` with one [`ErrorSource::ProcJob`] error on any other failure.
-fn job_value<T>(result: ProcResult<T>, what: &str, errors: &mut ErrorCounts) -> Option<T> {
-    match result {
-        Ok(value) => Some(value),
-        Err(e) if vanished(&e) => None,
-        Err(e) => {
-            tracing::debug!(error = %e, "cannot read {what}");
-            errors.add(ErrorSource::ProcJob);
-            None
-        }
     }
 }

@@ -5,7 +5,7 @@ use std::fs::{self, Metadata};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use super::io_vanished;
+use super::gone::io_vanished;
 use crate::sample::{ErrorCounts, ErrorSource};
 
 #[derive(Debug, Default)]

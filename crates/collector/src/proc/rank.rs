@@ -10,7 +10,9 @@
 use std::collections::HashMap;
 use std::io::Read;
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
+
+use crate::sample::job::{Rank, RankRead};
 
 /// Longest value kept of an allowlisted variable.
 pub const MAX_VALUE: usize = 256;
@@ -56,42 +58,6 @@ pub const ALLOWLIST: &[&str] = &[
     "JAX_NUM_PROCESSES",
     "CROSS_RANK",
 ];
-
-/// A job's place in a distributed run.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Rank {
-    /// Equal on every rank of one run, different between runs.
-    pub run: String,
-    /// Global rank.
-    pub rank: u32,
-    pub local_rank: Option<u32>,
-    pub world_size: Option<u32>,
-    /// `torchrun`, `torch`, `deepspeed`, `slurm`, `mpi`, `tensorflow`, `jax`.
-    pub launcher: String,
-}
-
-/// What the environment said.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case", tag = "state", content = "detail")]
-pub enum RankRead {
-    /// Not read yet, or no launcher variable: not part of a run.
-    #[default]
-    None,
-    Found(Rank),
-    /// Launcher variables that do not make a rank, or an environment that
-    /// could not be read: why, in words.
-    Unknown(String),
-}
-
-impl RankRead {
-    /// The rank, where the environment made one.
-    pub fn found(&self) -> Option<&Rank> {
-        match self {
-            RankRead::Found(r) => Some(r),
-            _ => None,
-        }
-    }
-}
 
 /// Streams `input` (an environ: `NAME=value` entries separated by NUL) and
 /// keeps the allowlisted variables. `Err` names what was refused.

@@ -4,7 +4,7 @@
 use std::io;
 use std::path::Path;
 
-use super::Unavailable;
+use super::burst::Unavailable;
 
 /// CAP_SYS_PTRACE's bit in `CapEff`.
 const CAP_SYS_PTRACE: u32 = 19;

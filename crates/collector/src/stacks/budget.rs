@@ -7,7 +7,7 @@ use std::collections::HashSet;
 
 use serde::{Deserialize, Serialize};
 
-use super::RawFrame;
+use super::raw::RawFrame;
 
 /// Per read and per burst. The defaults are well above what real training
 /// jobs need (docs/security.md gives the figures) and far below what a

@@ -1,7 +1,7 @@
 //! py-spy's frames stripped to what may be shown: no directory of the
 //! user's, no locals.
 
-use super::RawFrame;
+use super::raw::RawFrame;
 
 /// Installed code: the standard library, site- or dist-packages, frozen
 /// modules. Everything else is the user's own.

@@ -9,8 +9,10 @@ use py_spy::config::LockingStrategy;
 use py_spy::{Config, PythonSpy, StackTrace};
 
 use super::budget::{self, Budgets, Found, Limit};
+use super::burst::{BurstOptions, Sampled, Unavailable};
+use super::raw::RawThread;
 use super::tids::TidMap;
-use super::{BurstOptions, RawThread, Sampled, Unavailable, access, frames};
+use super::{access, frames};
 
 /// A spy and the process it was made for.
 struct Spy {

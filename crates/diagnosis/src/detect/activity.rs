@@ -3,10 +3,12 @@
 //! or too few to fill the GPU. GPM activity where the GPU has it; for
 //! `spinning` without GPM, power against the learned busy baseline.
 
-use super::{Ctx, Finding};
+use super::ctx::{Ctx, Finding};
 use crate::Kind;
-use crate::evidence::{Evidence, round, round_opt};
+use crate::evidence::Evidence;
+use crate::hint::{Job, words};
 use crate::hysteresis::Condition;
+use crate::round::{round, round_opt};
 use crate::window::{ActivitySignal, Window};
 
 /// The GPM evidence of a window: SM activity (mean, spread), tensor and DRAM
@@ -167,4 +169,33 @@ pub fn launch_bound(ctx: &Ctx) -> Finding {
         evidence.window_seconds = Some(round(w.seconds()));
         evidence
     })
+}
+
+/// The hint of `spinning`: what to tell the user, in plain words.
+pub fn spinning_hint(evidence: &Evidence) -> String {
+    let signal = match evidence.activity_signal {
+        Some(crate::window::ActivitySignal::GpmSmActive) => {
+            "its SMs are nearly idle and flat, with no tensor, memory or link traffic"
+        }
+        _ => "it draws far less power than it does while the job progresses",
+    };
+    format!(
+        "The GPU reads busy but does no work: {signal}, and the job shows no output. \
+         A kernel is spinning, most likely a collective (NCCL all-reduce, barrier) \
+         waiting for a rank that never joins. Check the other ranks (one may have died, \
+         hung or be slower), run with NCCL_DEBUG=INFO and TORCH_NCCL_ASYNC_ERROR_HANDLING=1, \
+         dump the NCCL flight recorder (TORCH_NCCL_TRACE_BUFFER_SIZE, then \
+         torch.distributed's debug dump), and dump stacks (py-spy dump --pid PID)."
+    )
+}
+
+/// The hint of `launch_bound`: what to tell the user, in plain words.
+pub fn launch_bound_hint(evidence: &Evidence) -> String {
+    let job = Job::of(evidence);
+    format!(
+        "utilization.gpu is high but the SMs are mostly idle while the job progresses: its \
+         kernels are too small or too few to fill the GPU (time goes to launches and host \
+         syncs). {}",
+        words::fewer_launches(&job)
+    )
 }

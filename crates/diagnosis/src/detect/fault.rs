@@ -2,8 +2,9 @@
 //! `gpu_fault.fault_for`, a failed row remapping, or a recovery action the
 //! driver asks for, on a GPU that holds a job or lost it a moment ago.
 
-use super::{Ctx, Finding};
+use super::ctx::{Ctx, Finding};
 use crate::evidence::{Evidence, FaultEvidence};
+use crate::hint::{fault_action, fault_summary};
 use crate::hysteresis::Condition;
 
 /// Actions from least to most drastic.
@@ -68,5 +69,18 @@ pub fn gpu_fault(ctx: &Ctx) -> Finding {
             fault,
             ..Evidence::default()
         },
+    }
+}
+
+/// The hint of `gpu_fault`: what to tell the user, in plain words.
+pub fn gpu_fault_hint(evidence: &Evidence) -> String {
+    match &evidence.fault {
+        Some(f) => format!(
+            "The GPU faulted: {}. The job's work on this GPU is lost and will not go on by \
+             itself. {}",
+            fault_summary(f),
+            fault_action(f)
+        ),
+        None => "The GPU faulted; see docs/faults.md.".to_owned(),
     }
 }

@@ -1,8 +1,10 @@
 //! The GPU waits for data: almost always (starved) or a good part of the
 //! time (input-bound: a low mean, steady or swinging).
 
-use super::{Ctx, Finding};
+use super::ctx::{Ctx, Finding};
 use crate::Kind;
+use crate::evidence::Evidence;
+use crate::hint::{Job, words};
 use crate::hysteresis::Condition;
 
 /// Share of samples with a job thread waiting on storage that counts as the
@@ -73,4 +75,22 @@ pub fn bound(ctx: &Ctx) -> Finding {
         || job_stopped(ctx, w.seconds(), c.min_job_cpu)
         || recent_stats.is_some_and(|s| s.mean >= c.exit_mean || s.idle_share < c.exit_idle_share);
     ctx.finding(Condition { enter, exit }, || ctx.utilization_evidence(&w))
+}
+
+/// The hint of `input_starved`: what to tell the user, in plain words.
+pub fn starved_hint(evidence: &Evidence) -> String {
+    let job = Job::of(evidence);
+    format!(
+        "The GPU is waiting for data: the input pipeline cannot keep up. {}",
+        words::feed(&job)
+    )
+}
+
+/// The hint of `input_bound`: what to tell the user, in plain words.
+pub fn bound_hint(evidence: &Evidence) -> String {
+    let job = Job::of(evidence);
+    format!(
+        "GPU utilization swings and its mean is low: batches arrive too slowly. {}",
+        words::feed(&job)
+    )
 }

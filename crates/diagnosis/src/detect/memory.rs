@@ -1,8 +1,10 @@
 //! Memory: the host short of it, or the GPU's nearly full.
 
-use super::{Ctx, Finding};
-use crate::evidence::{Evidence, round_opt};
+use super::ctx::{Ctx, Finding};
+use crate::evidence::Evidence;
+use crate::hint::{Job, words};
 use crate::hysteresis::Condition;
+use crate::round::round_opt;
 
 pub fn host_pressure(ctx: &Ctx) -> Finding {
     let c = &ctx.config.host_memory_pressure;
@@ -37,4 +39,22 @@ pub fn gpu_full(ctx: &Ctx) -> Finding {
         processes: ctx.sharers.clone(),
         ..Evidence::default()
     })
+}
+
+/// The hint of `host_memory_pressure`: what to tell the user, in plain words.
+pub fn host_pressure_hint(evidence: &Evidence) -> String {
+    let job = Job::of(evidence);
+    format!(
+        "The host is short of memory: the job may swap or be OOM-killed. {}",
+        words::less_host_memory(&job)
+    )
+}
+
+/// The hint of `gpu_memory_full`: what to tell the user, in plain words.
+pub fn gpu_full_hint(evidence: &Evidence) -> String {
+    let job = Job::of(evidence);
+    format!(
+        "GPU memory is nearly full. {}",
+        words::less_gpu_memory(&job)
+    )
 }

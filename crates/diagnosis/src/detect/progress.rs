@@ -3,10 +3,11 @@
 //! for less where the job's stacks stood at the same place in every
 //! confirming read (`hang_confirmation`, see `confirm.rs`).
 
-use super::{Ctx, Finding};
+use super::ctx::{Ctx, Finding};
 use crate::Kind;
-use crate::evidence::{Evidence, round, round_opt};
+use crate::evidence::Evidence;
 use crate::hysteresis::Condition;
+use crate::round::{round, round_opt};
 use crate::window::Window;
 
 fn silent_long(ctx: &Ctx) -> bool {
@@ -114,4 +115,21 @@ pub fn idle(ctx: &Ctx) -> Finding {
         };
         evidence(ctx, window, confirmed)
     })
+}
+
+/// The hint of `busy_no_progress`: what to tell the user, in plain words.
+pub fn busy_hint(_: &Evidence) -> String {
+    "The GPU reads busy but the job shows no progress and draws little \
+    power: likely a hang (a stuck NCCL collective, a spinning kernel, or a rank waiting on \
+    another). Check the other ranks, dump stacks (py-spy dump --pid PID), set \
+    NCCL_DEBUG=INFO and TORCH_NCCL_ASYNC_ERROR_HANDLING=1, and restart the job."
+        .to_owned()
+}
+
+/// The hint of `idle_no_progress`: what to tell the user, in plain words.
+pub fn idle_hint(_: &Evidence) -> String {
+    "The GPU and the job are idle and the job shows no progress: likely a deadlock or a wait that never ends (a data loader worker that \
+    died, a lock, a queue with no producer). Dump stacks (py-spy dump --pid PID) and \
+    restart the job."
+        .to_owned()
 }

@@ -2,11 +2,14 @@
 //! spread over several threads of one process), too little CPU, or storage
 //! waits. Each is reported together with its parent finding.
 
-use super::{Ctx, Finding};
+use super::ctx::{Ctx, Finding};
 use crate::Kind;
-use crate::evidence::{GilSpread, ThreadEvidence, round, round_opt};
+use crate::evidence::Evidence;
+use crate::evidence::{GilSpread, ThreadEvidence};
 use crate::frame::{JobFrame, ThreadFrame};
+use crate::hint::{Job, Unit, steal_note, words};
 use crate::hysteresis::Condition;
+use crate::round::{round, round_opt};
 use crate::steal::without_steal;
 use crate::window::{Point, Window};
 
@@ -262,4 +265,76 @@ pub fn io_bound(ctx: &Ctx) -> Finding {
             .map(round);
         evidence
     })
+}
+
+/// The hint of `single_thread_bound`: what to tell the user, in plain words.
+pub fn single_thread_hint(evidence: &Evidence) -> String {
+    let top = evidence.top_threads.first();
+    let job = Job::of(evidence);
+    if let Some(g) = &evidence.gil_spread {
+        let tids: Vec<String> = g.threads.iter().map(|t| t.tid.to_string()).collect();
+        let process = g
+            .process_cpu_cores
+            .map(|p| format!(" (the whole process {p:.2})"))
+            .unwrap_or_default();
+        let waiting = g
+            .noticeable_wait()
+            .map(|w| {
+                format!(
+                    " and waits {w:.2} more for a CPU (a GIL handed over sits unused while \
+                     the thread given it waits for a CPU: other work on the host slows it \
+                     further)"
+                )
+            })
+            .unwrap_or_default();
+        let stolen = steal_note(evidence, g.cpu_cores, Unit::Cores);
+        return format!(
+            "The input pipeline is bound by the GIL: Python work spread over {} threads of \
+             pid {} (tids {}) uses {:.2} cores together{stolen}{process}{waiting} while the \
+             GPU waits. The threads take turns holding the GIL, so together they get about \
+             one core however many there are. {}",
+            g.threads.len(),
+            g.pid,
+            tids.join(", "),
+            g.cpu_cores,
+            words::off_the_gil(&job)
+        );
+    }
+    let who = top
+        .map(|t| {
+            let stolen = steal_note(evidence, t.cpu_ratio, Unit::ShareOfCore);
+            format!(
+                "thread `{}` (tid {}) is pinned at {:.0}% of a core{stolen}",
+                t.name,
+                t.tid,
+                t.cpu_ratio * 100.0
+            )
+        })
+        .unwrap_or_else(|| "one thread is pinned at a full core".to_owned());
+    format!(
+        "The input pipeline is bound by one thread: {who} while the GPU waits. {}",
+        words::unpin(&job, top.map(|t| t.name.as_str()))
+    )
+}
+
+/// The hint of `cpu_saturated`: what to tell the user, in plain words.
+pub fn cpu_saturated_hint(evidence: &Evidence) -> String {
+    let cpus = evidence
+        .host_cpus
+        .map(|n| format!(" ({n} CPUs)"))
+        .unwrap_or_default();
+    format!(
+        "The host's CPUs{cpus} are saturated, so preprocessing cannot feed the GPU. Give \
+         the job more cores (or fewer competing processes), move decoding/augmentation to \
+         the GPU, or cache preprocessed data."
+    )
+}
+
+/// The hint of `io_bound`: what to tell the user, in plain words.
+pub fn io_bound_hint(evidence: &Evidence) -> String {
+    let job = Job::of(evidence);
+    format!(
+        "The input pipeline waits on storage (threads in D state or I/O pressure). {}",
+        words::read_faster(&job)
+    )
 }

@@ -1,9 +1,10 @@
 //! Clocks held down by power, thermal or hardware limits while busy.
 
-use super::{Ctx, Finding};
+use super::ctx::{Ctx, Finding};
 use crate::Kind;
-use crate::evidence::{Evidence, round, round_opt};
+use crate::evidence::Evidence;
 use crate::hysteresis::Condition;
+use crate::round::{round, round_opt};
 
 /// sw_power_cap, hw_slowdown, sw_thermal, hw_thermal, hw_power_brake.
 pub const THROTTLE_MASK: u64 = 0x4 | 0x8 | 0x20 | 0x40 | 0x80;
@@ -38,4 +39,17 @@ pub fn throttled(ctx: &Ctx) -> Finding {
         power_limit_watts: ctx.gpu.power_limit_watts,
         ..Evidence::default()
     })
+}
+
+/// The hint of `throttled`: what to tell the user, in plain words.
+pub fn throttled_hint(evidence: &Evidence) -> String {
+    let why = if evidence.clock_event_reasons.is_empty() {
+        "power or thermal limits".to_owned()
+    } else {
+        evidence.clock_event_reasons.join(", ")
+    };
+    format!(
+        "The GPU is busy but its clocks are held down ({why}). Check cooling and airflow, \
+         the power limit (nvidia-smi -q -d POWER), and the host's power capping."
+    )
 }

@@ -4,10 +4,13 @@
 //! plain words that name none.
 
 use crate::evidence::Evidence;
-use crate::framework::{self, Framework};
+use crate::framework::Framework;
+
+/// The name PyTorch gives a DataLoader's worker processes.
+const DATA_LOADER_WORKER: &str = "pt_data_worker";
 
 /// What the hints need to know of the job.
-pub(super) struct Job {
+pub struct Job {
     pub framework: Option<Framework>,
     /// PyTorch DataLoader worker processes, where known.
     pub workers: Option<u32>,
@@ -19,7 +22,7 @@ impl Job {
     pub fn of(evidence: &Evidence) -> Job {
         let f = evidence.framework.as_ref();
         Job {
-            framework: framework::chosen(evidence),
+            framework: chosen(evidence),
             workers: f.and_then(|f| f.data_loader_workers),
             pin_memory: f.and_then(|f| f.pin_memory),
             idle_cpus: f.and_then(|f| f.idle_cpus),
@@ -48,7 +51,7 @@ impl Job {
 }
 
 /// How to feed the GPU faster (input_starved, input_bound).
-pub(super) fn feed(job: &Job) -> String {
+pub fn feed(job: &Job) -> String {
     match job.framework {
         Some(Framework::Pytorch) => match job.workers {
             Some(n) if n > 0 => format!(
@@ -89,9 +92,9 @@ pub(super) fn feed(job: &Job) -> String {
 
 /// How to take Python work off one pinned thread (single_thread_bound),
 /// given the thread's name.
-pub(super) fn unpin(job: &Job, thread: Option<&str>) -> String {
+pub fn unpin(job: &Job, thread: Option<&str>) -> String {
     match job.framework {
-        Some(Framework::Pytorch) if thread == Some(super::DATA_LOADER_WORKER) => format!(
+        Some(Framework::Pytorch) if thread == Some(DATA_LOADER_WORKER) => format!(
             "It is {}, and a worker prepares whole batches alone: raise num_workers{}, and make \
              __getitem__ cheaper (vectorize it with numpy or torch ops; decode once, ahead of \
              training).",
@@ -123,7 +126,7 @@ pub(super) fn unpin(job: &Job, thread: Option<&str>) -> String {
 }
 
 /// Where GIL-bound work spread over threads should go instead.
-pub(super) fn off_the_gil(job: &Job) -> &'static str {
+pub fn off_the_gil(job: &Job) -> &'static str {
     match job.framework {
         Some(Framework::Pytorch) => {
             "Move the Python work into the Dataset's __getitem__ and run it in DataLoader worker \
@@ -142,7 +145,7 @@ pub(super) fn off_the_gil(job: &Job) -> &'static str {
 }
 
 /// How to read faster (io_bound).
-pub(super) fn read_faster(job: &Job) -> String {
+pub fn read_faster(job: &Job) -> String {
     let shards = "larger sequential files instead of many small ones";
     match job.framework {
         Some(Framework::Pytorch) => format!(
@@ -164,7 +167,7 @@ pub(super) fn read_faster(job: &Job) -> String {
 }
 
 /// How to need less host memory (host_memory_pressure).
-pub(super) fn less_host_memory(job: &Job) -> &'static str {
+pub fn less_host_memory(job: &Job) -> &'static str {
     match job.framework {
         Some(Framework::Pytorch) => {
             "Every DataLoader worker holds its own copy of what the Dataset holds (Python lists \
@@ -183,7 +186,7 @@ pub(super) fn less_host_memory(job: &Job) -> &'static str {
 }
 
 /// What fills GPU memory and how to need less (gpu_memory_full).
-pub(super) fn less_gpu_memory(job: &Job) -> &'static str {
+pub fn less_gpu_memory(job: &Job) -> &'static str {
     match job.framework {
         Some(Framework::Pytorch) => {
             "PyTorch's caching allocator keeps freed blocks for reuse (compare \
@@ -209,7 +212,7 @@ pub(super) fn less_gpu_memory(job: &Job) -> &'static str {
 }
 
 /// How to fill the GPU with fewer, larger kernels (launch_bound).
-pub(super) fn fewer_launches(job: &Job) -> &'static str {
+pub fn fewer_launches(job: &Job) -> &'static str {
     match job.framework {
         Some(Framework::Pytorch) => {
             "Use a larger batch, CUDA graphs (torch.cuda.graphs, \
@@ -232,10 +235,20 @@ pub(super) fn fewer_launches(job: &Job) -> &'static str {
     }
 }
 
+/// The framework a finding's hint speaks: its stacks' where they name one,
+/// else the one its frames settled.
+pub fn chosen(evidence: &Evidence) -> Option<Framework> {
+    evidence
+        .stacks
+        .as_ref()
+        .and_then(|s| s.framework)
+        .or_else(|| evidence.framework.as_ref().and_then(|f| f.name))
+}
+
 #[cfg(test)]
 mod tests {
-    use super::super::hint;
     use crate::Kind;
+    use crate::detect::hint;
     use crate::evidence::{Evidence, ThreadEvidence};
     use crate::framework::{Framework, FrameworkEvidence};
     use crate::stacks::{Outcome, StackReport};

@@ -1,10 +1,8 @@
 //! What the daemon answers over HTTP: the router and its state, and one module per
 //! route (status and events, health, history, stacks, the status page).
 
-pub mod gzip;
 pub mod health;
 pub mod history;
-pub mod metrics_body;
 pub mod page;
 pub mod router;
 pub mod stacks;

@@ -12,8 +12,9 @@ use tower_http::CompressionLevel;
 use tower_http::compression::CompressionLayer;
 
 use super::state::AppState;
-use super::{health, history, metrics_body, page, stacks, status};
+use super::{health, history, page, stacks, status};
 use crate::metrics;
+use crate::sampling::bodies;
 
 pub fn router(state: AppState) -> Router {
     Router::new()
@@ -36,7 +37,7 @@ async fn metrics_handler(State(state): State<AppState>, headers: HeaderMap) -> R
     let encoding = headers
         .get(header::ACCEPT_ENCODING)
         .and_then(|v| v.to_str().ok());
-    let gzip = metrics_body::accepts_gzip(encoding);
+    let gzip = bodies::accepts_gzip(encoding);
     let latest = state.latest.borrow().clone();
     let Some(latest) = latest else {
         return (StatusCode::SERVICE_UNAVAILABLE, "no sample taken yet\n").into_response();

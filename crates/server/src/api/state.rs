@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::metrics_body::MetricsBodies;
 use crate::config::StacksConfig;
+use crate::sampling::bodies::MetricsBodies;
 use crate::sampling::sampler::{LatestRx, SharedEngine};
 use crate::sampling::stacks::Stacks;
 

@@ -10,7 +10,7 @@ use crate::cli::FleetArgs;
 use crate::commands::check::{EXIT_ERROR, EXIT_FOUND};
 use crate::fleet::model::{self, Culprit, Run, State};
 use crate::fleet::prometheus::{Client, Settings};
-use collector::collector::unix_now as now;
+use collector::time::unix_now as now;
 
 #[derive(Serialize)]
 struct Output<'a> {

@@ -11,7 +11,6 @@ use collector::gpu::GpuOptions;
 use diagnosis::Engine;
 use tokio::sync::watch;
 
-use crate::api::metrics_body::MetricsBodies;
 use crate::api::router;
 use crate::api::state::AppState;
 use crate::cli::RunArgs;
@@ -20,6 +19,7 @@ use crate::http::web_config::{WebConfig, WebConfigError};
 use crate::http::web_config_reload::WebConfigSource;
 use crate::logging;
 use crate::notify;
+use crate::sampling::bodies::MetricsBodies;
 use crate::sampling::sampler::Sampler;
 use crate::sampling::stacks::{Stacks, Trigger};
 

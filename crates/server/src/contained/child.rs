@@ -14,7 +14,7 @@ use diagnosis::stacks::{
 use super::limits;
 use super::protocol::{MAX_REQUEST, Reply, Request};
 use crate::cli::ReaderArgs;
-use collector::collector::unix_now as now;
+use collector::time::unix_now as now;
 
 /// A limit's name as the report carries it (`thread_cycle`).
 pub fn limit_name(limit: Limit) -> String {

@@ -16,7 +16,7 @@ use super::backoff::BackOff;
 use super::child::limit_name;
 use super::limits::ReaderLimits;
 use super::protocol::{MAX_REPLY, Reply, Request};
-use collector::collector::unix_now as now;
+use collector::time::unix_now as now;
 
 /// Longest wait for the report once the reads are done.
 const SUMMING: Duration = Duration::from_secs(2);

@@ -4,12 +4,13 @@
 use std::collections::BTreeMap;
 
 use collector::faults::KernelLogState;
-use collector::faults::health::{GpuHealth, RecoveryAction};
 use collector::faults::xid;
+use collector::sample::faults::{GpuHealth, RecoveryAction};
 use collector::snapshot::{GpuSnapshot, Snapshot};
 use prometheus_client::encoding::DescriptorEncoder;
 
-use super::{Labels, Value, counter, gauge, no_labels};
+use super::family::{counter, gauge, no_labels};
+use super::labels::{Labels, Value};
 
 fn labels(g: &GpuSnapshot) -> Labels<'_> {
     Labels::gpu(g.index, &g.uuid)

@@ -6,8 +6,7 @@ use collector::sample::GpmReading;
 use collector::snapshot::GpuSnapshot;
 use prometheus_client::encoding::DescriptorEncoder;
 
-use super::gpu::per_gpu;
-use super::ratio;
+use super::family::{per_gpu, ratio};
 
 /// A ratio series: its name (before the unit), help, and value.
 type RatioSeries = (&'static str, &'static str, fn(&GpmReading) -> Option<f64>);

@@ -4,28 +4,11 @@ use collector::snapshot::{ClockEventReason, GpuSnapshot, Snapshot};
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::registry::Unit;
 
-use super::{Labels, counter, exported_processes, gauge, hertz, info, no_labels, ratio};
+use super::family::{counter, exported_processes, gauge, hertz, info, no_labels, per_gpu, ratio};
+use super::labels::Labels;
 
 fn labels(g: &GpuSnapshot) -> Labels<'_> {
     Labels::gpu(g.index, &g.uuid)
-}
-
-/// A gauge with one series per GPU that has the value.
-pub(super) fn per_gpu(
-    e: &mut DescriptorEncoder,
-    gpus: &[&GpuSnapshot],
-    name: &str,
-    help: &str,
-    unit: Option<&Unit>,
-    value: impl Fn(&GpuSnapshot) -> Option<f64>,
-) -> Result<(), std::fmt::Error> {
-    gauge(
-        e,
-        name,
-        help,
-        unit,
-        gpus.iter().filter_map(|g| Some((labels(g), value(g)?))),
-    )
 }
 
 pub fn encode(

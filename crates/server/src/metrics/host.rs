@@ -4,7 +4,8 @@ use collector::snapshot::HostSnapshot;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::registry::Unit;
 
-use super::{Labels, gauge, ratio};
+use super::family::{gauge, ratio};
+use super::labels::Labels;
 
 fn one(value: Option<f64>) -> Option<(Labels<'static>, f64)> {
     Some((Labels::none(), value?))

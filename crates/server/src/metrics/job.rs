@@ -9,7 +9,8 @@ use collector::snapshot::{JobSnapshot, Snapshot, ThreadStates};
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::registry::Unit;
 
-use super::{Labels, counter, exported_processes, gauge, info, ratio};
+use super::family::{counter, exported_processes, gauge, info, ratio};
+use super::labels::Labels;
 
 fn labels(j: &JobSnapshot) -> Labels<'_> {
     Labels::none().with("pid", j.pid).with("comm", &j.comm)

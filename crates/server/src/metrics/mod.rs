@@ -1,8 +1,9 @@
 //! `/metrics`: a snapshot and its diagnosis encoded as OpenMetrics (or
-//! Prometheus) text, once per sample (`api/metrics_body.rs` decides when).
+//! Prometheus) text, once per sample (`sampling/bodies.rs` decides when).
 //! Nothing here reads NVML or `/proc`; series of exited processes vanish with
 //! the snapshot that no longer holds them.
 
+mod family;
 mod faults;
 mod gpm;
 mod gpu;
@@ -15,11 +16,10 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use collector::sample::ErrorSource;
-use collector::snapshot::{GpuProcessSnapshot, GpuSnapshot, Snapshot};
+use collector::snapshot::Snapshot;
 use diagnosis::GpuStatus;
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet};
-use prometheus_client::metrics::MetricType;
+use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::registry::{Registry, Unit};
 
 /// The exposition formats `/metrics` can answer in.
@@ -51,15 +51,9 @@ impl Format {
     }
 }
 
+use family::no_labels;
+pub use family::{counter, family, gauge, hertz, info, ratio};
 pub use labels::{Labels, Value};
-
-pub fn ratio() -> Unit {
-    Unit::Other("ratio".to_owned())
-}
-
-pub fn hertz() -> Unit {
-    Unit::Other("hertz".to_owned())
-}
 
 /// What a scrape renders.
 #[derive(Debug)]
@@ -110,16 +104,6 @@ impl Collector for Part {
             }
         }
     }
-}
-
-/// The processes of a GPU that get series: the first `max_processes` (the
-/// collector lists them largest GPU memory first). The one place the
-/// `gpu.max_processes` cap is applied, for the process series and for the jobs.
-fn exported_processes(
-    g: &GpuSnapshot,
-    max_processes: usize,
-) -> impl Iterator<Item = &GpuProcessSnapshot> {
-    g.processes.iter().take(max_processes)
 }
 
 /// Renders bodies one after another, keeping what the next can reuse: the
@@ -196,84 +180,6 @@ fn encode(out: &mut String, scrape: &Arc<Scrape>, section: Section, format: Form
             prometheus_client::encoding::prometheus_text::encode(out, &registry)
         }
     };
-}
-
-/// Writes one metric family: a descriptor and a value per label set. A
-/// family with no series writes nothing.
-pub fn family<L, I>(
-    encoder: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    unit: Option<&Unit>,
-    metric_type: MetricType,
-    series: I,
-) -> Result<(), std::fmt::Error>
-where
-    L: EncodeLabelSet,
-    I: IntoIterator<Item = (L, f64)>,
-{
-    let mut series = series.into_iter().peekable();
-    if series.peek().is_none() {
-        return Ok(());
-    }
-    let mut metric = encoder.encode_descriptor(name, help, unit, metric_type)?;
-    for (labels, value) in series {
-        let mut m = metric.encode_family(&labels)?;
-        match metric_type {
-            MetricType::Counter => m.encode_counter::<Labels, f64, f64>(&value, None)?,
-            _ => m.encode_gauge(&value)?,
-        }
-    }
-    Ok(())
-}
-
-pub fn gauge<L, I>(
-    encoder: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    unit: Option<&Unit>,
-    series: I,
-) -> Result<(), std::fmt::Error>
-where
-    L: EncodeLabelSet,
-    I: IntoIterator<Item = (L, f64)>,
-{
-    family(encoder, name, help, unit, MetricType::Gauge, series)
-}
-
-pub fn counter<L, I>(
-    encoder: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    unit: Option<&Unit>,
-    series: I,
-) -> Result<(), std::fmt::Error>
-where
-    L: EncodeLabelSet,
-    I: IntoIterator<Item = (L, f64)>,
-{
-    family(encoder, name, help, unit, MetricType::Counter, series)
-}
-
-pub fn info<L: EncodeLabelSet>(
-    encoder: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    series: impl IntoIterator<Item = L>,
-) -> Result<(), std::fmt::Error> {
-    let mut series = series.into_iter().peekable();
-    if series.peek().is_none() {
-        return Ok(());
-    }
-    let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Info)?;
-    for labels in series {
-        metric.encode_info(&labels)?;
-    }
-    Ok(())
-}
-
-fn no_labels(value: f64) -> [(Labels<'static>, f64); 1] {
-    [(Labels::none(), value)]
 }
 
 fn own(e: &mut DescriptorEncoder, s: &Snapshot) -> Result<(), std::fmt::Error> {

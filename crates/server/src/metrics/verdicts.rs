@@ -6,7 +6,8 @@ use diagnosis::{GpuStatus, Kind, Verdict};
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::registry::Unit;
 
-use super::{Labels, counter, gauge};
+use super::family::{counter, gauge};
+use super::labels::Labels;
 
 fn labels(g: &GpuStatus) -> Labels<'_> {
     Labels::gpu(g.gpu, &g.uuid)

@@ -1,9 +1,9 @@
 //! The view of a snapshot the diagnosis engine takes.
 
-use collector::faults::health::RecoveryAction;
 use collector::faults::xid;
-use collector::proc::rank::RankRead;
 use collector::sample::GpuProcessKind;
+use collector::sample::faults::RecoveryAction;
+use collector::sample::job::RankRead;
 use collector::snapshot::{ClockEventReason, GpuSnapshot, JobSnapshot, Snapshot};
 use diagnosis::frame::{
     Attribution, Frame, GpuFrame, HostFrame, JobFrame, JobFramework, ProcessCpuFrame, ProcessFrame,

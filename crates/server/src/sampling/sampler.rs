@@ -18,9 +18,9 @@ use collector::snapshot::Snapshot;
 use diagnosis::{Engine, Event, GpuStatus, Phase};
 use tokio::sync::watch;
 
-use crate::api::metrics_body::MetricsBodies;
 use crate::metrics::Scrape;
 use crate::notify;
+use crate::sampling::bodies::MetricsBodies;
 use crate::sampling::frame;
 use crate::sampling::history::{History, SharedHistory};
 use crate::sampling::stacks::{self, Trigger};

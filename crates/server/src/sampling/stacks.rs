@@ -18,7 +18,7 @@ use diagnosis::stacks::{Focus, Outcome, StackReport, unavailable};
 use diagnosis::{Engine, Event, GpuStatus};
 
 use crate::config::StacksConfig;
-use collector::collector::unix_now as now;
+use collector::time::unix_now as now;
 
 /// How often the worker drops the spies of exited processes while it holds any.
 const PRUNE_EVERY: Duration = Duration::from_secs(10);
@@ -71,6 +71,9 @@ pub struct Stacks {
     /// Callers (the API) waiting for the thread: the automatic reads let
     /// them go first.
     callers: Arc<AtomicUsize>,
+    /// Set while a caller's burst runs: another caller is not made to wait
+    /// for it.
+    on_demand: Arc<AtomicBool>,
 }
 
 /// How often a waiting caller looks whether the thread is free.
@@ -90,6 +93,8 @@ impl Stacks {
         let (tx, rx) = mpsc::sync_channel::<Request>(1);
         let busy = Arc::new(AtomicBool::new(false));
         let idle = busy.clone();
+        let on_demand = Arc::new(AtomicBool::new(false));
+        let answered = on_demand.clone();
         let (done_tx, done_rx) = mpsc::channel();
         let rate = config.rate;
         let config = config.clone();
@@ -132,6 +137,9 @@ impl Stacks {
                         reader.sample(request.pid, request.focus, rate, request.duration)
                     };
                     // Free before the answer, so that its receiver may ask again at once.
+                    if matches!(request.deliver, Deliver::Caller(_)) {
+                        answered.store(false, Ordering::Release);
+                    }
                     idle.store(false, Ordering::Release);
                     match request.deliver {
                         Deliver::Gpu { gpu, uuid, purpose } => {
@@ -146,7 +154,16 @@ impl Stacks {
                 }
             })?;
         let callers = Arc::new(AtomicUsize::new(0));
-        Ok((Stacks { tx, busy, callers }, done_rx, handle))
+        Ok((
+            Stacks {
+                tx,
+                busy,
+                callers,
+                on_demand,
+            },
+            done_rx,
+            handle,
+        ))
     }
 
     /// Hands an automatic request to the thread if it is idle and no
@@ -158,9 +175,10 @@ impl Stacks {
         self.hand_over(request)
     }
 
-    /// Hands a caller's request to the thread, waiting up to `wait` for the
-    /// burst in progress (an automatic one ends within its own duration);
-    /// no automatic read starts while a caller waits.
+    /// Hands a caller's request to the thread, waiting up to `wait` for an
+    /// automatic burst in progress (it ends within its own duration); no
+    /// automatic read starts while a caller waits. Another caller's burst is
+    /// not waited for: `Busy` at once.
     pub async fn request_within(&self, request: Request, wait: Duration) -> Result<(), Busy> {
         struct Waiting<'a>(&'a AtomicUsize);
         impl Drop for Waiting<'_> {
@@ -173,13 +191,22 @@ impl Stacks {
         let deadline = tokio::time::Instant::now() + wait;
         let mut request = request;
         loop {
+            // Marked before the hand-over (the burst may end before this
+            // would run after it), unmarked where it did not happen.
+            if self.on_demand.swap(true, Ordering::AcqRel) {
+                return Err(Busy);
+            }
             match self.hand_over_or_return(request) {
                 Ok(()) => return Ok(()),
                 Err(back) if tokio::time::Instant::now() < deadline => {
+                    self.on_demand.store(false, Ordering::Release);
                     request = back;
                     tokio::time::sleep(CALLER_POLL).await;
                 }
-                Err(_) => return Err(Busy),
+                Err(_) => {
+                    self.on_demand.store(false, Ordering::Release);
+                    return Err(Busy);
+                }
             }
         }
     }

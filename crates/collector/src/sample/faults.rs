@@ -1,8 +1,36 @@
-//! Memory, NVLink and recovery state of one GPU, as NVML's field values
-//! report it: cumulative counters since the driver loaded (volatile ECC,
-//! NVLink) or since the GPU was made (retired pages, remapped rows).
+//! What the fault readers report, as samples carry it: the kernel log's
+//! state, a GPU's health fields, its latest Xid.
 
 use serde::{Deserialize, Serialize};
+
+/// Where an Xid report came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FaultSource {
+    Nvml,
+    KernelLog,
+}
+
+/// Whether the kernel log can be read: a closed set, exported as
+/// `stallwatch_kernel_log_readable`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KernelLogState {
+    #[default]
+    Disabled,
+    Readable,
+    Unreadable,
+}
+
+impl KernelLogState {
+    pub(crate) fn from_u8(v: u8) -> Self {
+        match v {
+            1 => KernelLogState::Readable,
+            2 => KernelLogState::Unreadable,
+            _ => KernelLogState::Disabled,
+        }
+    }
+}
 
 /// `nvmlDeviceGpuRecoveryAction_t` (field 230): what the driver says the
 /// GPU needs. A closed set, exported as the `action` label of
@@ -69,4 +97,15 @@ impl GpuHealth {
     pub fn is_empty(&self) -> bool {
         *self == GpuHealth::default()
     }
+}
+
+/// The latest Xid on a GPU, with what the reports said about it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct XidRecord {
+    pub xid: u32,
+    pub at_seconds: f64,
+    pub pid: Option<u32>,
+    pub comm: Option<String>,
+    pub detail: String,
+    pub source: FaultSource,
 }

@@ -11,7 +11,7 @@
 //! body is rendered that no scrape is expected to take; a scrape that comes
 //! unexpected renders its body itself, as before.
 //!
-//! A gzip body is deflated in pieces (`api/gzip.rs`), the stall series'
+//! A gzip body is deflated in pieces (`gzip.rs`), the stall series'
 //! piece kept from the last body while its text stays the same.
 
 use std::ops::Range;

@@ -4,6 +4,9 @@
 
 use serde::{Deserialize, Serialize};
 
+pub mod faults;
+pub mod job;
+
 /// One complete reading of the host, its GPUs and the jobs on them.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Sample {
@@ -18,7 +21,7 @@ pub struct Sample {
     pub errors: ErrorCounts,
     /// Whether the kernel log (Xid lines) is being read.
     #[serde(default)]
-    pub kernel_log: crate::faults::KernelLogState,
+    pub kernel_log: faults::KernelLogState,
 }
 
 /// The state of NVML and every GPU it reported.
@@ -63,16 +66,16 @@ pub struct GpuSample {
     pub processes: Vec<GpuProcessSample>,
     /// Memory, NVLink and recovery state; `None` when the device reports none.
     #[serde(default)]
-    pub health: Option<crate::faults::health::GpuHealth>,
+    pub health: Option<faults::GpuHealth>,
     /// Xid errors counted on this GPU since the daemon started, by Xid.
     #[serde(default)]
     pub xid_errors: std::collections::BTreeMap<u32, u64>,
     /// The latest of them.
     #[serde(default)]
-    pub last_xid: Option<crate::faults::ledger::XidRecord>,
+    pub last_xid: Option<faults::XidRecord>,
     /// The latest fatal one (catalogue action other than `none`).
     #[serde(default)]
-    pub last_fatal_xid: Option<crate::faults::ledger::XidRecord>,
+    pub last_fatal_xid: Option<faults::XidRecord>,
     /// Whether the GPU has GPM (`None` until asked, or when NVML is too old).
     #[serde(default)]
     pub gpm_supported: Option<bool>,
@@ -192,10 +195,10 @@ pub struct JobSample {
     pub attribution: Attribution,
     /// Its distributed run and rank, from the launcher's variables.
     #[serde(default)]
-    pub rank: crate::proc::rank::RankRead,
+    pub rank: job::RankRead,
     /// The ML frameworks whose libraries the leader has mapped.
     #[serde(default)]
-    pub frameworks: crate::proc::libraries::Frameworks,
+    pub frameworks: job::Frameworks,
     /// Size of the regular files behind the leader's fd 1 and fd 2, when they
     /// are regular files.
     pub stdout_bytes: Option<u64>,
