@@ -143,18 +143,26 @@ def burner():
     name("burner")
     while True:
         pass
+named = threading.Semaphore(0)
 def sleeper():
     name("sleeper")
+    named.release()
     time.sleep(600)
 go = threading.Event()
 def short():
     name("short")
+    named.release()
     go.wait()
 def fresh():
     name("fresh")
     time.sleep(600)
 for f in (burner, sleeper, short):
     threading.Thread(target=f, daemon=True).start()
+# Ready once the sleepers sleep, not while one still waits for the GIL the
+# burner holds to get there (it would read as running).
+named.acquire()
+named.acquire()
+time.sleep(0.3)
 print("ready", flush=True)
 sys.stdin.readline()
 t = threading.Thread(target=fresh, daemon=True)
