@@ -315,6 +315,9 @@ impl Engine {
         let all_warming = !jobs.is_empty() && warmed.is_empty();
         // The job an event names, found when the first event needs it.
         let job_ref = OnceCell::new();
+        // What the jobs say of their framework, made once for the kinds
+        // that are active or entering.
+        let framework_ref = OnceCell::new();
         for (i, kind) in Kind::ALL.into_iter().enumerate() {
             let timing = config.timing(kind);
             if !timing.enabled || kind == Kind::GpuFault {
@@ -324,7 +327,9 @@ impl Engine {
             ctx.active.set(was_active);
             let mut finding = detect(kind, &ctx);
             if was_active || finding.condition.enter {
-                finding.evidence.framework = crate::evidence::framework(&ctx.jobs, ctx.host);
+                finding.evidence.framework.clone_from(
+                    framework_ref.get_or_init(|| crate::evidence::framework(&ctx.jobs, ctx.host)),
+                );
                 if kind.yields_to_phase() {
                     finding.evidence.phase = phase.clone().filter(|p| p.unusual);
                 }

@@ -254,13 +254,10 @@ fn a_disabled_kind_never_fires() {
 
 #[test]
 fn time_scale_shortens_every_window() {
-    // No stack reader here: the wait for a phase read (real seconds, not
-    // scaled) is not part of the windows.
     let config = diagnosis::DiagnosisConfig {
         time_scale: 0.1,
         ..Default::default()
-    }
-    .without_short_reads();
+    };
     let mut run = Run::new(config);
     run.feed(0, 30, |t| frame(t, 0.0, vec![job(100, 0.6, 0.3)]));
     let starts = run.starts(Kind::InputStarved);
