@@ -1,12 +1,13 @@
 """Distributed runs: each job's run and rank, read from the launcher's
 variables in its environment, as `stallwatch_job_rank_info` and in
 /api/v1/status; bad input makes no rank, says why, and nothing else of the
-environment is ever shown."""
+environment is ever shown. Then a hung run's one notification through the real
+Alertmanager, and the run rules in VictoriaMetrics (the run scenarios with real
+ranks are in test_run_scenarios.py)."""
 
 import http.server
 import json
 import os
-import re
 import resource
 import signal
 import subprocess
@@ -16,9 +17,9 @@ import time
 import pytest
 import yaml
 
-from daemon import BINARY, ROOT, free_port, gpu, http_get, kill_group
+from daemon import ROOT, free_port, gpu, http_get, kill_group
+from fleet_hosts import HANG_FAST, Hosts, fleet, prometheus_config, scaled, scaled_rules, wait_firing
 from prometheus_server import PrometheusServer
-from test_prometheus import wait_query
 
 SECRET = "hunter2-do-not-show"
 
@@ -94,152 +95,7 @@ def test_bad_launcher_variables_make_no_rank_and_say_why(daemon_factory, ranks):
 
 
 # ------------------------------------------- several hosts, a real Prometheus, the rules
-
-RULES = ROOT / "deploy" / "prometheus" / "stallwatch.rules.yml"
-# Windows of seconds, warm-up 6 s, hang time 3 s.
-HANG_FAST = '[diagnosis]\ntime_scale = 0.05\nhang_min = "1m"\n'
-RUN_RULES = ROOT / "deploy" / "prometheus" / "stallwatch.runs.yml"
-
-
-# Shipped durations are scaled by 1/30 (1m -> 2s): a test sees in a minute what a fleet
-# sees in half an hour.
-SCALE = 30
-
-
-def scaled(duration):
-    """A Prometheus duration (`2m`, `30s`) divided by SCALE, in whole seconds (at least 1)."""
-    n, unit = int(duration[:-1]), duration[-1]
-    seconds = n * {"s": 1, "m": 60, "h": 3600}[unit]
-    return f"{max(1, round(seconds / SCALE))}s"
-
-
-def scaled_rules(tmp_path):
-    """The shipped rule files with their windows and `for:` scaled by SCALE."""
-    out = []
-    for path in (RULES, RUN_RULES):
-        text = path.read_text()
-        text = re.sub(r"\[(\d+[smh])\]", lambda m: f"[{scaled(m.group(1))}]", text)
-        text = re.sub(r"for: (\d+[smh])", lambda m: f"for: {scaled(m.group(1))}" if m.group(1) != "0s" else "for: 0s", text)
-        copy = tmp_path / path.name
-        copy.write_text(text)
-        out.append(str(copy))
-    return out
-
-
-class Hosts:
-    """Daemons as hosts: each on its own loopback address (127.0.0.2, .3, ...) and the
-    same port, so that Prometheus's `instance` tells them apart and `stallwatch fleet`
-    finds each at instance:port, as in a fleet."""
-
-    def __init__(self, daemon_factory, count, config=""):
-        self.port = free_port()
-        self.daemons = []
-        for i in range(count):
-            d = daemon_factory({"gpus": [gpu(0, utilization_gpu=0), gpu(1, utilization_gpu=0)]}, config=config)
-            address = f"127.0.0.{2 + i}"
-            d.config_path.write_text(
-                d.config_path.read_text().replace(f"127.0.0.1:{d.port}", f"{address}:{self.port}")
-            )
-            d.port, d.url, d.address = self.port, f"http://{address}:{self.port}", address
-            self.daemons.append(d.start())
-
-    def targets(self):
-        return [f"{d.address}:{self.port}" for d in self.daemons]
-
-
-def prometheus_config(targets, rule_files):
-    config = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())
-    config["global"].update(scrape_interval="1s", scrape_timeout="900ms", evaluation_interval="1s")
-    del config["alerting"]
-    config["rule_files"] = rule_files
-    (job,) = config["scrape_configs"]
-    job.pop("file_sd_configs")
-    job.update(scrape_timeout="900ms", static_configs=[{"targets": targets}])
-    return yaml.safe_dump(config)
-
-
-def firing(base, alertname):
-    status, _, body = http_get(base + "/api/v1/alerts")
-    alerts = json.loads(body)["data"]["alerts"] if status == 200 else []
-    return [a for a in alerts if a["labels"]["alertname"] == alertname and a["state"] == "firing"]
-
-
-def wait_firing(base, alertname, timeout=60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            found = firing(base, alertname)
-        except OSError:
-            found = []
-        if found:
-            return found
-        time.sleep(0.5)
-    raise AssertionError(f"{alertname} not firing within {timeout} s")
-
-
-def fleet(base, port, *args):
-    out = subprocess.run([str(BINARY), "fleet", "--prometheus", base, "--daemon-port", str(port), *args],
-                         capture_output=True, text=True, timeout=60)
-    return out
-
-
-def test_a_straggler_among_four_hosts_is_named_once_and_the_other_run_stays_quiet(daemon_factory, ranks, tmp_path):
-    """Four hosts, run slurm:501.0 with a rank on each host's GPU 0: three wait in the
-    collective (busy, low power), rank 2's GPU idles. Run slurm:502.0 on GPU 1 of two
-    hosts is healthy. The run rules name rank 2 once, the fleet command says why."""
-    run, other = "slurm:501.0", "slurm:502.0"
-    hosts = Hosts(daemon_factory, 4)
-    pids = []
-    for i, d in enumerate(hosts.daemons):
-        r = ranks({"SLURM_JOB_ID": "501", "SLURM_STEP_ID": "0", "SLURM_PROCID": str(i), "SLURM_LOCALID": "0",
-                   "SLURM_NTASKS": "4"})
-        pids.append(r.pid)
-        waiting = {"utilization_gpu": 100, "power_mw": 190000}
-        idle = {"utilization_gpu": 12, "power_mw": 90000}
-        gpus = [gpu(0, **(idle if i == 2 else waiting), processes=[{"pid": r.pid, "used_memory_bytes": 2**30}])]
-        if i < 2:
-            o = ranks({"SLURM_JOB_ID": "502", "SLURM_STEP_ID": "0", "SLURM_PROCID": str(i), "SLURM_NTASKS": "2"})
-            gpus.append(gpu(1, utilization_gpu=97, power_mw=610000, processes=[{"pid": o.pid, "used_memory_bytes": 2**30}]))
-        else:
-            gpus.append(gpu(1, utilization_gpu=0))
-        d.set_scenario({"gpus": gpus})
-    server = PrometheusServer(tmp_path, prometheus_config(hosts.targets(), scaled_rules(tmp_path)))
-    try:
-        (a,) = wait_firing(server.url, "StallwatchRunStraggler", timeout=90)
-        assert {k: a["labels"][k] for k in ("run", "rank", "instance", "gpu")} == \
-            {"run": run, "rank": "2", "instance": "127.0.0.4", "gpu": "0"}, a
-        assert a["annotations"]["summary"].startswith("Rank 2 holds back run slurm:501.0")
-        held = wait_query(server.url, f'run:stallwatch_gpus_held_back:count{{run="{run}"}}')
-        assert held[0]["value"][1] == "3"
-        # The healthy run and the waiting ranks raise nothing of their own.
-        time.sleep(3)
-        names = {x["labels"]["alertname"]: x for x in firing(server.url, "StallwatchRunStraggler")
-                 + firing(server.url, "StallwatchRunStalled") + firing(server.url, "StallwatchRunHung")}
-        assert set(names) == {"StallwatchRunStraggler"}, names
-        assert all(x["labels"]["run"] == run for x in firing(server.url, "StallwatchRunStraggler"))
-
-        out = fleet(server.url, hosts.port, "--json")
-        assert out.returncode == 1, out
-        runs = {r["run"]: r for r in json.loads(out.stdout)["runs"]}
-        r = runs[run]
-        assert (r["state"], r["world_size"], r["ranks_seen"], r["missing_ranks"]) == ("straggler", 4, 4, [])
-        (s,) = r["stragglers"]
-        assert (s["rank"], s["instance"], s["gpu"], s["kind"]) == (2, "127.0.0.4", "0", a["labels"]["kind"])
-        assert s["utilization"] < 0.2 and "host_error" not in s, s
-        assert r["lost_gpu_hours"] > 0
-        assert runs[other]["state"] == "healthy" and runs[other]["stragglers"] == []
-        text = fleet(server.url, hosts.port, run).stdout
-        assert text.startswith(f"run {run}: straggler (4 of 4 ranks seen, since ") and "rank 2 on 127.0.0.4 GPU 0" in text, text
-
-        # A host's daemon goes down: its rank is missing from the run.
-        hosts.daemons[3].stop()
-        wait_firing(server.url, "StallwatchRunRanksMissing", timeout=60)
-        out = fleet(server.url, hosts.port, run, "--json")
-        r = json.loads(out.stdout)["runs"][0]
-        assert (r["ranks_seen"], r["missing_ranks"]) == (3, [3]), r
-    finally:
-        server.stop()
-
+# (fleet_hosts.py)
 
 class Webhook:
     """An HTTP server on loopback that keeps every notification Alertmanager posts."""

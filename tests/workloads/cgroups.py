@@ -1,9 +1,10 @@
 """Per-job cgroups for scenarios that need the kernel to limit a job: a memory
-limit (host memory pressure without endangering the host) and a read/write
+limit (host memory pressure without endangering the host), a read/write
 bandwidth limit on the data file's disk (storage waits a thread spends in D
-state). cgroup v1 (`/sys/fs/cgroup/{memory,blkio}`) and v2 (`memory.max`,
-`io.max`) are both tried; `available()` says why not when neither works.
-Groups are made below the caller's own cgroup and removed by `remove()`."""
+state) and a CPU quota (a container's CPU limit). cgroup v1
+(`/sys/fs/cgroup/{memory,blkio,cpu}`) and v2 (`memory.max`, `io.max`, `cpu.max`)
+are both tried; `available()` says why not when neither works. Groups are made
+below the caller's own cgroup and removed by `remove()`."""
 
 import os
 import time
@@ -44,7 +45,7 @@ def _v2_base(controller):
             enabled = f.read().split()
     except OSError:
         return None
-    want = {"memory": "memory", "blkio": "io"}[controller]
+    want = {"memory": "memory", "blkio": "io", "cpu": "cpu"}[controller]
     return base if want in enabled and _writable_dir(base) else None
 
 
@@ -90,6 +91,15 @@ class Group:
 
     def limit_memory(self, limit_bytes):
         self._write("memory.max" if self.v2 else "memory.limit_in_bytes", limit_bytes)
+
+    def limit_cpu(self, cores, period_us=100_000):
+        """A CFS quota: at most `cores` of CPU time per period, over all the group's threads."""
+        quota = max(1000, int(cores * period_us))
+        if self.v2:
+            self._write("cpu.max", f"{quota} {period_us}")
+        else:
+            self._write("cpu.cfs_period_us", period_us)
+            self._write("cpu.cfs_quota_us", quota)
 
     def limit_io(self, device, read_bps=None, write_bps=None):
         if self.v2:

@@ -37,6 +37,16 @@ def process_start_ticks(pid):
         return None
 
 
+def process_state(pid):
+    """The state letter of a process (`R`, `S`, `T` stopped, `Z` exited but not yet
+    reaped...), or None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0].decode()
+    except (OSError, IndexError):
+        return None
+
+
 class GpuLink:
     """A mapped link file. `create` makes it (orchestrator), `attach` opens it (job)."""
 

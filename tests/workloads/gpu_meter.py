@@ -6,15 +6,16 @@ NVML's sample period) divided by the window, clamped to 0-1; a GPU's is the sum
 of its processes', clamped. Power = idle + (busy - idle) x utilization, except
 that a kernel spinning in low-power mode (a hung collective) draws only a tenth
 of the busy increment. On a GPU with `gpm`, SM, tensor and DRAM activity follow the
-kernels' SM share (a spinning kernel: a few SMs, nothing else). Memory used = a small base + what the processes hold.
-Processes that are gone from /proc (or whose pid was reused) hold nothing, as
-the driver frees a context when its process dies.
+kernels' SM share (a spinning kernel: a few SMs, nothing else). Memory used = a
+small base + what the processes hold. A stopped process (SIGSTOP) keeps its memory
+but its GPU goes idle. Processes that have exited (reaped or not) or whose pid was
+reused hold nothing, as the driver frees a context when its process dies.
 """
 
 import collections
 from dataclasses import dataclass
 
-from gpu_link import process_start_ticks
+from gpu_link import process_start_ticks, process_state
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -66,12 +67,19 @@ class GpuMeter:
     def frame(self):
         """Per-GPU state now: a list of dicts with `nvml` (the scenario GPU object)
         and `utilization` (0-1 float) and `processes` (pid -> details)."""
-        slots = [s for s in self.link.slots() if process_start_ticks(s["pid"]) == s["start_ticks"]]
+        # A process that has exited holds nothing, reaped or not: the driver frees its
+        # contexts as it exits.
+        slots = [s for s in self.link.slots() if process_start_ticks(s["pid"]) == s["start_ticks"]
+                 and process_state(s["pid"]) not in ("Z", "X")]
         seen = set()
         per_gpu = [[] for _ in self.gpus]
         for s in slots:
             key = (s["slot"], s["pid"], s["start_ticks"])
             seen.add(key)
+            if process_state(s["pid"]) in ("T", "t") and self._history.get(key):
+                # A stopped process's GPU goes idle: its busy time stands still.
+                s["busy_seconds"] = self._history[key][-1][1]
+                s["low_power"] = False
             util = self._utilization(key, s["at"], s["busy_seconds"])
             if 0 <= s["gpu"] < len(self.gpus):
                 per_gpu[s["gpu"]].append((s, util))

@@ -24,15 +24,22 @@ fn ago(since: f64, now: f64) -> String {
 
 fn culprit_line(out: &mut String, c: &Culprit, now: f64) {
     let share = |v: Option<f64>| v.map_or("?".to_owned(), |v| format!("{:.0}%", v * 100.0));
+    let reads = if c.gone {
+        "gone from its GPU".to_owned()
+    } else {
+        format!(
+            "utilization {}, work {}",
+            share(c.utilization),
+            share(c.work)
+        )
+    };
     let _ = writeln!(
         out,
-        "  rank {} on {} GPU {}: {} (utilization {}, work {}), for {}",
+        "  rank {} on {} GPU {}: {} ({reads}), for {}",
         c.rank,
         c.instance,
         c.gpu,
         c.kind,
-        share(c.utilization),
-        share(c.work),
         ago(c.since, now)
     );
     if let Some(s) = &c.stacks {

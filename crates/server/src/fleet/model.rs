@@ -67,6 +67,10 @@ pub struct Culprit {
     /// Its GPU's utilization and work over the last 2 minutes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub utilization: Option<f64>,
+    /// A suspect no longer seen on its GPU (killed or exited, its GPU lost,
+    /// its host's daemon down): named where it was last seen.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub gone: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub work: Option<f64>,
     /// From its host's daemon: what to do, and its Python stacks' summary.
@@ -152,17 +156,21 @@ fn run(a: &Answers, name: &str) -> Run {
     };
     let missing_count = world_size.map_or(0, |w| w.saturating_sub(seen.len() as u32));
     let alerts: Vec<&Sample> = a.alerts.iter().filter(of_run).collect();
-    let culprit = |s: &Sample, kind: String| Culprit {
-        rank: rank_of(s).unwrap_or(0),
-        instance: s.label("instance").to_owned(),
-        gpu: s.label("gpu").to_owned(),
-        kind,
-        since: s.value,
-        utilization: signal(&a.utilization, name, s.label("instance"), s.label("gpu")),
-        work: signal(&a.work, name, s.label("instance"), s.label("gpu")),
-        hint: None,
-        stacks: None,
-        host_error: None,
+    let culprit = |s: &Sample, kind: String| {
+        let utilization = signal(&a.utilization, name, s.label("instance"), s.label("gpu"));
+        Culprit {
+            rank: rank_of(s).unwrap_or(0),
+            instance: s.label("instance").to_owned(),
+            gpu: s.label("gpu").to_owned(),
+            kind,
+            since: s.value,
+            utilization,
+            gone: utilization.is_none(),
+            work: signal(&a.work, name, s.label("instance"), s.label("gpu")),
+            hint: None,
+            stacks: None,
+            host_error: None,
+        }
     };
     // A straggler with several findings has one alert per kind: one entry, kinds joined.
     let mut stragglers: Vec<Culprit> = Vec::new();

@@ -271,6 +271,12 @@ impl Client {
         if let Some(f) = finding {
             c.hint = f["hint"].as_str().map(str::to_owned);
         }
+        // A rank gone from its GPU carries no run label there any more: its
+        // GPU's own findings (an Xid 79, say) are the kinds.
+        if c.kind == "none" && !findings.is_empty() {
+            let kinds: Vec<&str> = findings.iter().filter_map(|f| f["kind"].as_str()).collect();
+            c.kind = kinds.join(", ");
+        }
         c.stacks = findings
             .iter()
             .find_map(|f| f["evidence"]["stacks"]["summary"].as_str())

@@ -104,7 +104,33 @@ fn a_hung_run_names_its_suspects_with_their_own_kinds() {
     let r = &runs(&a)[0];
     assert_eq!(r.state, State::Hung);
     assert_eq!(r.suspects[0].kind, "idle_no_progress");
+    assert!(!r.suspects[0].gone);
+    assert!(
+        serde_json::to_value(&r.suspects[0])
+            .unwrap()
+            .get("gone")
+            .is_none()
+    );
     assert!(r.stragglers.is_empty() && r.missing_ranks.is_empty());
+}
+
+#[test]
+fn a_suspect_gone_from_its_gpu_is_named_where_it_was_last_seen() {
+    let a = Answers {
+        utilization: vec![rank("k", "a", "0", 1.0), rank("k", "c", "2", 1.0)],
+        world_size: vec![sample(&[("run", "k")], 3.0)],
+        alerts: vec![alert("StallwatchRunHung", "k", "b", "1", "", 10.0)],
+        ..Answers::default()
+    };
+    let r = &runs(&a)[0];
+    assert_eq!(r.state, State::Hung);
+    let s = &r.suspects[0];
+    assert_eq!((s.rank, s.instance.as_str(), s.gone), (1, "b", true));
+    assert_eq!(r.missing_ranks, [1]);
+    let json = serde_json::to_value(s).unwrap();
+    assert_eq!(json["gone"], true);
+    assert!(json.get("utilization").is_none());
+    assert!(r.stragglers.is_empty());
 }
 
 #[test]
