@@ -100,12 +100,14 @@ def host_down(world, ranks):
     world.daemons[2].stop()
 
 
-def straggler_checks(rank, kinds):
+def straggler_checks(rank, kinds, stacks=None):
     def check(r, text):
         assert r["state"] == "straggler", r
         (s,) = r["stragglers"]
         assert (s["rank"], s["instance"], s["gpu"]) == (rank, instance(rank), "0"), s
-        assert set(kinds) <= set(s["kind"].split(", ")), s
+        assert set(kinds) & set(s["kind"].split(", ")), s
+        if stacks:
+            assert stacks in (s.get("stacks") or ""), s
         assert s["utilization"] < 0.5 and "host_error" not in s and s.get("hint"), s
         assert r["lost_gpu_hours"] > 0 and r["missing_ranks"] == [], r
         assert text.startswith(f"run {RUN}: straggler (4 of 4 ranks seen, since "), text
@@ -131,6 +133,14 @@ def state_check(state, missing=()):
     return check
 
 
+# A pinned thread is `single_thread_bound` on a host with spare CPU; on a host whose
+# other cores are busy (the test's 2-core machine, loaded by the other ranks), the daemon
+# holds that back by design and names the starved GPU (docs/diagnosis.md): either names
+# the rank's own input, and its stacks name the function.
+PINNED = ("single_thread_bound", "input_starved")
+# A rank under a CPU quota: its input is slow because its threads wait to run.
+SHORT_OF_CPU = ("input_bound", "input_starved", "cpu_saturated", "single_thread_bound")
+
 SCENARIOS = {
     "healthy": Scenario("a healthy run beside a second run on the same hosts", other_run=True,
                         check=state_check("healthy")),
@@ -138,15 +148,15 @@ SCENARIOS = {
         "rank 2's samples wait 0.3 s each (slow storage); a second run on the same hosts",
         slow_input(2), {"StallwatchRunStraggler": {"rank": "2", "instance": instance(2), "kind": "input_starved"}},
         other_run=True,
-        check=straggler_checks(2, ["input_starved"])),
+        check=straggler_checks(2, ["input_starved"], stacks="torch_rank.py")),
     "pinned_thread": Scenario(
         "rank 1's samples burn 0.25 s of Python CPU each in its main thread",
-        pinned, {"StallwatchRunStraggler": {"rank": "1", "instance": instance(1), "kind": "single_thread_bound"}},
-        check=straggler_checks(1, ["single_thread_bound"])),
+        pinned, {"StallwatchRunStraggler": {"rank": "1", "instance": instance(1), "kind": PINNED}},
+        check=straggler_checks(1, PINNED, stacks="burn (torch_rank.py")),
     "cpu_quota": Scenario(
         "rank 3 put in a cgroup with a CPU quota of 0.08 cores (a container's CPU limit)",
-        cpu_quota, {"StallwatchRunStraggler": {"rank": "3", "instance": instance(3)}},
-        check=straggler_checks(3, [])),
+        cpu_quota, {"StallwatchRunStraggler": {"rank": "3", "instance": instance(3), "kind": SHORT_OF_CPU}},
+        check=straggler_checks(3, SHORT_OF_CPU)),
     "all_slow": Scenario(
         "every rank's samples wait 0.3 s each: the run is slow as a whole",
         everyone_slow, {"StallwatchRunStalled": {}},
@@ -179,8 +189,9 @@ def run_alerts(base):
 
 
 def matches(alert, name, labels):
+    """The alert of RUN with these labels; a tuple of values is any one of them."""
     return alert["labels"]["alertname"] == name and alert["labels"].get("run") == RUN and all(
-        alert["labels"].get(k) == v for k, v in labels.items())
+        alert["labels"].get(k) in (v if isinstance(v, tuple) else (v,)) for k, v in labels.items())
 
 
 def summary(alerts):

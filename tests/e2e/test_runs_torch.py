@@ -5,6 +5,7 @@ Slurm's variables as srun would. The daemon reads each worker's run and rank
 from the environment the launcher gave it."""
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -55,6 +56,12 @@ def test_ranks_of_a_real_torchrun_job(daemon_factory, tmp_path):
         assert 1 <= more <= 8, more
     finally:
         kill_group(launcher)
+        # torchrun starts its workers in sessions of their own: end them too.
+        for f in tmp_path.glob("rank*.pid"):
+            try:
+                os.kill(int(f.read_text()), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass
         log.close()
 
 
