@@ -2,6 +2,7 @@
 unit's ambient capabilities, against a job owned by root: what it sees with
 those capabilities, and what it leaves out (and counts) without them."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -142,6 +143,11 @@ def test_without_capabilities_io_and_output_are_left_out_and_counted(unprivilege
         "stallwatch_job_last_output_timestamp_seconds",
     ):
         assert not m.has(name, pid=pid), name
+    # Its environment is unreadable too: no run or rank, and the reason, in the status.
+    (job,) = [j for g in json.loads(d.get("/api/v1/status")[2])["gpus"] for j in g.get("jobs", [])
+              if j["pid"] == root_job.pid]
+    assert job.get("run_unknown", "").startswith("the environment could not be read ("), job
+    assert not m.has("stallwatch_job_rank_info", pid=pid)
     first = m.value("stallwatch_source_errors_total", source="proc_job")
     assert first > 0
     time.sleep(1.0)
