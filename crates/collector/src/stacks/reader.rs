@@ -51,19 +51,25 @@ pub fn start_ticks(root: &Path, pid: u32) -> Option<u64> {
         .map(|(_, _, start)| start)
 }
 
+/// The most threads py-spy walks in one read.
+const WALKED_THREADS: usize = 4096;
+
+/// Whether `pid` has more threads than py-spy walks (counting no further).
+fn over_walked_threads(root: &Path, pid: u32) -> bool {
+    std::fs::read_dir(root.join(pid.to_string()).join("task"))
+        .is_ok_and(|d| d.take(WALKED_THREADS + 1).count() > WALKED_THREADS)
+}
+
 /// The limit behind one of py-spy's own walk limits, if `e` is one: a
 /// thread list longer than 4,096 entries in a process with fewer tasks than
 /// that loops back on itself.
 fn walk_limit(e: &anyhow::Error, root: &Path, pid: u32) -> Option<Limit> {
     let text = format!("{e:#}");
     if text.contains("Max thread recursion depth reached") {
-        let tasks = std::fs::read_dir(root.join(pid.to_string()).join("task"))
-            .map(|d| d.take(4097).count())
-            .unwrap_or(0);
-        return Some(if tasks <= 4096 {
-            Limit::ThreadCycle
-        } else {
+        return Some(if over_walked_threads(root, pid) {
             Limit::Threads
+        } else {
+            Limit::ThreadCycle
         });
     }
     text.contains("Max frame recursion depth reached")
@@ -163,6 +169,15 @@ impl StackReader {
         }
         if !self.spies.contains_key(&pid) {
             access::check(&self.root, pid, &comm)?;
+            // py-spy cannot read such a process, and finds that out only
+            // after scanning its memory against every mapping (a thread
+            // stack each): seconds of a core. Refused up front instead.
+            if over_walked_threads(&self.root, pid) {
+                return Err(Unavailable::OverBudget(
+                    Limit::Threads,
+                    over_walk(Limit::Threads, pid, &comm),
+                ));
+            }
             let config = Config {
                 blocking: LockingStrategy::NonBlocking,
                 native: false,
@@ -346,7 +361,7 @@ fn over_walk(limit: Limit, pid: u32, comm: &str) -> String {
             "its interpreter's thread list loops back on itself (more than 4,096 entries in a \
              process with fewer threads)"
         }
-        Limit::Threads => "it has more than 4,096 Python threads",
+        Limit::Threads => "it has more than 4,096 threads (py-spy walks 4,096 at most)",
         _ => "a thread's stack is deeper than 4,096 frames or its frame list loops back on itself",
     };
     format!("pid {pid} ({comm})'s stacks were not read: {what}")
@@ -354,7 +369,7 @@ fn over_walk(limit: Limit, pid: u32, comm: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{StackReader, Unavailable, parse_stat};
+    use super::{Limit, StackReader, Unavailable, parse_stat};
 
     fn reader_with(pid: u32, state: char) -> (tempfile::TempDir, StackReader) {
         let root = tempfile::tempdir().unwrap();
@@ -402,6 +417,35 @@ mod tests {
             reader.classify(&e, 44, "python3"),
             Unavailable::Exited(_)
         ));
+    }
+
+    #[test]
+    fn a_process_with_more_threads_than_py_spy_walks_is_refused_before_any_read() {
+        let (root, mut reader) = reader_with(42, 'S');
+        let dir = root.path().join("42");
+        std::fs::write(
+            dir.join("maps"),
+            "7f0000000000-7f0000001000 r-xp 00000000 08:01 1 /usr/bin/python3.11\n",
+        )
+        .unwrap();
+        for tid in 0..4096 {
+            std::fs::create_dir_all(dir.join("task").join(tid.to_string())).unwrap();
+        }
+        // 4,096 threads: py-spy is asked (and fails here, as the fake
+        // process has no memory to read).
+        match reader.spy(42) {
+            Err(Unavailable::OverBudget(..)) => panic!("refused at 4,096 threads"),
+            Err(_) => {}
+            Ok(_) => panic!("a spy for a fake process"),
+        }
+        std::fs::create_dir_all(dir.join("task").join("4096")).unwrap();
+        match reader.spy(42) {
+            Err(Unavailable::OverBudget(Limit::Threads, why)) => {
+                assert!(why.contains("more than 4,096 threads"), "{why}")
+            }
+            Err(other) => panic!("{other:?}"),
+            Ok(_) => panic!("a spy for 4,097 threads"),
+        }
     }
 
     #[test]
