@@ -77,6 +77,9 @@ struct GpuState {
     phase: Option<crate::phase::PhaseStatus>,
     /// Since when a stall kind's condition has held (a phase may explain it).
     stall_since: Option<f64>,
+    /// When a phase of normal length last held the stall kinds back: their
+    /// windows hold its idle time for a while after it ends.
+    phase_held_at: Option<f64>,
 }
 
 impl GpuState {
@@ -106,6 +109,7 @@ impl GpuState {
             phase_due: false,
             phase: None,
             stall_since: None,
+            phase_held_at: None,
         }
     }
 
@@ -279,6 +283,13 @@ impl Engine {
             .and_then(|l| state.phases.status(t, l));
         // A phase of normal length holds back the stall kinds it explains.
         // So does a read asked for that has not come back yet.
+        match &phase {
+            Some(p) if !p.unusual => state.phase_held_at = Some(t),
+            // An unusual phase is reported at once, with the time it held.
+            Some(_) => state.phase_held_at = None,
+            None => {}
+        }
+        let phase_ended_at = state.phase_held_at.filter(|_| phase.is_none());
         let phase_holds = phase.as_ref().is_some_and(|p| !p.unusual)
             || (phase_limits.is_some()
                 && state
@@ -347,6 +358,14 @@ impl Engine {
                 finding.evidence.fault.clone_from(&state.fault);
             }
             if kind.waits_for_warmup() && (all_warming || warmed.is_empty()) {
+                finding.condition.enter = false;
+            }
+            // Once a phase ends, a kind it explained starts counting afresh
+            // when its window no longer holds the phase's samples (a
+            // compilation's idle minutes are not the input pipeline's).
+            if kind.yields_to_phase()
+                && phase_ended_at.is_some_and(|at| t - at < timing.window)
+            {
                 finding.condition.enter = false;
             }
             let parent = ctx.starved_active || ctx.bound_active;

@@ -63,12 +63,31 @@ fn busy_main_thread(t: f64) -> Frame {
     frame(t, 0.0, vec![j])
 }
 
+/// The job's main thread at 30% of a core, its GPU busy at `util`.
+fn training(t: f64, util: f64) -> Frame {
+    let mut j = job(100, 0.3, 0.3);
+    j.top_threads[0].tid = 100;
+    j.last_output = Some((t / 10.0).floor() * 10.0);
+    frame(t, util, vec![j])
+}
+
 /// Feeds frames at 1 Hz, answering each short read with `frames(t)`.
 fn feed(run: &mut Run, from: u32, to: u32, frames: impl Fn(f64) -> Vec<CodeFrame>) -> usize {
+    feed_frames(run, from, to, busy_main_thread, frames)
+}
+
+/// Feeds `frame(t)` at 1 Hz, answering each short read with `frames(t)`.
+fn feed_frames(
+    run: &mut Run,
+    from: u32,
+    to: u32,
+    frame: impl Fn(f64) -> Frame,
+    frames: impl Fn(f64) -> Vec<CodeFrame>,
+) -> usize {
     let mut reads = 0;
     for t in from..to {
         let t = f64::from(t);
-        run.events.extend(run.engine.observe(&busy_main_thread(t)));
+        run.events.extend(run.engine.observe(&frame(t)));
         for (gpu, uuid, _) in run.engine.short_reads_due() {
             run.engine.short_read_asked(gpu, &uuid, t);
             run.engine
@@ -169,4 +188,37 @@ fn a_read_that_never_comes_back_delays_a_stall_by_seconds_only() {
         with >= without && with - without <= diagnosis::phase::AWAIT_SECONDS + 1.0,
         "{with} against {without}"
     );
+}
+
+/// Compiles for 200 s, then does `after` (its frames reading `step`).
+fn compile_then(after: impl Fn(f64) -> Frame) -> Run {
+    let mut run = Run::default();
+    let step = || vec![frame_at("decode", "train.py", false)];
+    feed_frames(
+        &mut run,
+        0,
+        600,
+        |t| if t < 200.0 { busy_main_thread(t) } else { after(t) },
+        |t| if t < 200.0 { compiling() } else { step() },
+    );
+    run
+}
+
+#[test]
+fn the_idle_time_of_a_phase_that_ended_is_not_a_stall() {
+    // Training at 80% once the compilation ends: for a minute or two the kinds'
+    // windows still hold the compilation's idle time (a 2-minute mean under half).
+    let run = compile_then(|t| training(t, 0.8));
+    assert!(run.events.is_empty(), "{:?}", run.kinds());
+}
+
+#[test]
+fn a_stall_after_a_phase_is_named_once_its_window_is_clear_of_the_phase() {
+    let run = compile_then(|t| busy_main_thread(t));
+    let starts = run.starts(Kind::InputStarved);
+    assert_eq!(starts.len(), 1, "{:?}", run.kinds());
+    // The phase ends at the first read that no longer shows it (one interval, 20 s,
+    // after the compilation); then a clear window (1 min) and the enter time (20 s).
+    assert!(starts[0] > 260.0 && starts[0] <= 310.0, "at {}", starts[0]);
+    assert!(run.first(Kind::InputStarved).evidence.phase.is_none());
 }
