@@ -363,9 +363,7 @@ impl Engine {
             // Once a phase ends, a kind it explained starts counting afresh
             // when its window no longer holds the phase's samples (a
             // compilation's idle minutes are not the input pipeline's).
-            if kind.yields_to_phase()
-                && phase_ended_at.is_some_and(|at| t - at < timing.window)
-            {
+            if kind.yields_to_phase() && phase_ended_at.is_some_and(|at| t - at < timing.window) {
                 finding.condition.enter = false;
             }
             let parent = ctx.starved_active || ctx.bound_active;

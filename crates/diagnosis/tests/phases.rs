@@ -198,7 +198,13 @@ fn compile_then(after: impl Fn(f64) -> Frame) -> Run {
         &mut run,
         0,
         600,
-        |t| if t < 200.0 { busy_main_thread(t) } else { after(t) },
+        |t| {
+            if t < 200.0 {
+                busy_main_thread(t)
+            } else {
+                after(t)
+            }
+        },
         |t| if t < 200.0 { compiling() } else { step() },
     );
     run
@@ -214,7 +220,7 @@ fn the_idle_time_of_a_phase_that_ended_is_not_a_stall() {
 
 #[test]
 fn a_stall_after_a_phase_is_named_once_its_window_is_clear_of_the_phase() {
-    let run = compile_then(|t| busy_main_thread(t));
+    let run = compile_then(busy_main_thread);
     let starts = run.starts(Kind::InputStarved);
     assert_eq!(starts.len(), 1, "{:?}", run.kinds());
     // The phase ends at the first read that no longer shows it (one interval, 20 s,
