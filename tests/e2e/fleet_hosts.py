@@ -77,9 +77,11 @@ def prometheus_config(targets, rule_files):
 
 
 def firing(base, alertname):
+    """The firing alerts named `alertname`, or whose name it accepts (a function)."""
+    named = alertname if callable(alertname) else alertname.__eq__
     status, _, body = http_get(base + "/api/v1/alerts")
     alerts = json.loads(body)["data"]["alerts"] if status == 200 else []
-    return [a for a in alerts if a["labels"]["alertname"] == alertname and a["state"] == "firing"]
+    return [a for a in alerts if named(a["labels"]["alertname"]) and a["state"] == "firing"]
 
 
 def wait_firing(base, alertname, timeout=60):

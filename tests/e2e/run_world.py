@@ -60,6 +60,8 @@ class World:
         self.overrides = [dict() for _ in range(hosts)]
         self.ranks = []
         self.errors = []
+        # Called at stop, once the ranks are gone (a cgroup a rank was put in).
+        self.cleanups = []
         self._stop = threading.Event()
         self.tick()
         self._thread = threading.Thread(target=self._loop, name="world_tick", daemon=True)
@@ -125,4 +127,6 @@ class World:
             k.log.close()
         for link in self.links:
             link.close()
+        for cleanup in self.cleanups:
+            cleanup()
 

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 import torch  # noqa: F401 (the ranks need the real package; its absence is an install error)
 
-from daemon import ROOT, http_get
-from fleet_hosts import fleet, prometheus_config, scaled_rules
+from daemon import ROOT
+from fleet_hosts import firing, fleet, prometheus_config, scaled_rules
 from prometheus_server import PrometheusServer
 from run_world import World
 from test_prometheus import wait_query
@@ -152,7 +152,7 @@ SCENARIOS = {
     "pinned_thread": Scenario(
         "rank 1's samples burn 0.25 s of Python CPU each in its main thread",
         pinned, {"StallwatchRunStraggler": {"rank": "1", "instance": instance(1), "kind": PINNED}},
-        check=straggler_checks(1, PINNED, stacks="burn (torch_rank.py")),
+        check=straggler_checks(1, PINNED, stacks="burn_cpu (pipeline.py")),
     "cpu_quota": Scenario(
         "rank 3 put in a cgroup with a CPU quota of 0.08 cores (a container's CPU limit)",
         cpu_quota, {"StallwatchRunStraggler": {"rank": "3", "instance": instance(3), "kind": SHORT_OF_CPU}},
@@ -183,9 +183,7 @@ SCENARIOS = {
 
 
 def run_alerts(base):
-    status, _, body = http_get(base + "/api/v1/alerts")
-    alerts = json.loads(body)["data"]["alerts"] if status == 200 else []
-    return [a for a in alerts if a["state"] == "firing" and a["labels"]["alertname"].startswith("StallwatchRun")]
+    return firing(base, lambda name: name.startswith("StallwatchRun"))
 
 
 def matches(alert, name, labels):
@@ -212,7 +210,6 @@ def record(name, s, fired, latency, passed, why=""):
 def test_run_scenario(name, daemon_factory, tmp_path):
     s = SCENARIOS[name]
     world = World(daemon_factory, tmp_path, HOSTS, CONFIG)
-    world.cleanups = []
     server = None
     fired, latency = [], {}
     try:
@@ -285,5 +282,3 @@ def test_run_scenario(name, daemon_factory, tmp_path):
         if server:
             server.stop()
         world.stop()
-        for cleanup in world.cleanups:
-            cleanup()

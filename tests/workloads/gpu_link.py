@@ -28,23 +28,21 @@ SLOTS = 64
 VERSION = 1
 
 
-def process_start_ticks(pid):
-    """Start time of a process in clock ticks (field 22 of stat), or None if gone."""
+def process_stat(pid):
+    """A process's state letter (`R`, `S`, `T` stopped, `Z` exited but not yet
+    reaped...) and start time in clock ticks (field 22 of stat), or None if gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            return int(f.read().rsplit(b")", 1)[1].split()[19])
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return fields[0].decode(), int(fields[19])
     except (OSError, IndexError, ValueError):
         return None
 
 
-def process_state(pid):
-    """The state letter of a process (`R`, `S`, `T` stopped, `Z` exited but not yet
-    reaped...), or None if gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0].decode()
-    except (OSError, IndexError):
-        return None
+def process_start_ticks(pid):
+    """Start time of a process in clock ticks, or None if gone."""
+    stat = process_stat(pid)
+    return stat[1] if stat else None
 
 
 class GpuLink:

@@ -15,7 +15,7 @@ reused hold nothing, as the driver frees a context when its process dies.
 import collections
 from dataclasses import dataclass
 
-from gpu_link import process_start_ticks, process_state
+from gpu_link import process_stat
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -69,14 +69,16 @@ class GpuMeter:
         and `utilization` (0-1 float) and `processes` (pid -> details)."""
         # A process that has exited holds nothing, reaped or not: the driver frees its
         # contexts as it exits.
-        slots = [s for s in self.link.slots() if process_start_ticks(s["pid"]) == s["start_ticks"]
-                 and process_state(s["pid"]) not in ("Z", "X")]
+        registered = self.link.slots()
+        stats = {s["pid"]: process_stat(s["pid"]) for s in registered}
+        slots = [s for s in registered if stats[s["pid"]] and stats[s["pid"]][1] == s["start_ticks"]
+                 and stats[s["pid"]][0] not in ("Z", "X")]
         seen = set()
         per_gpu = [[] for _ in self.gpus]
         for s in slots:
             key = (s["slot"], s["pid"], s["start_ticks"])
             seen.add(key)
-            if process_state(s["pid"]) in ("T", "t") and self._history.get(key):
+            if stats[s["pid"]][0] in ("T", "t") and self._history.get(key):
                 # A stopped process's GPU goes idle: its busy time stands still.
                 s["busy_seconds"] = self._history[key][-1][1]
                 s["low_power"] = False

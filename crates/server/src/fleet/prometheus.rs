@@ -273,7 +273,7 @@ impl Client {
         }
         // A rank gone from its GPU carries no run label there any more: its
         // GPU's own findings (an Xid 79, say) are the kinds.
-        if c.kind == "none" && !findings.is_empty() {
+        if c.gone && c.kind == "none" && !findings.is_empty() {
             let kinds: Vec<&str> = findings.iter().filter_map(|f| f["kind"].as_str()).collect();
             c.kind = kinds.join(", ");
         }
