@@ -44,6 +44,21 @@ def http_get(url, headers=None, timeout=5.0):
         return e.code, e.headers, e.read()
 
 
+def poll(fetch, what, timeout):
+    """fetch()'s first non-empty answer, asked every 0.5 s for `timeout` s (an
+    OSError answers nothing); AssertionError(what) when none came."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            found = fetch()
+        except OSError:
+            found = None
+        if found:
+            return found
+        time.sleep(0.5)
+    raise AssertionError(what)
+
+
 def write_json_atomically(path, value):
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(value))

@@ -5,11 +5,10 @@ runs ask of it: alerts firing, `stallwatch fleet`'s answer."""
 import json
 import re
 import subprocess
-import time
 
 import yaml
 
-from daemon import BINARY, ROOT, free_port, gpu, http_get
+from daemon import BINARY, ROOT, free_port, gpu, http_get, poll
 
 RULES = ROOT / "deploy" / "prometheus" / "stallwatch.rules.yml"
 # Windows of seconds, warm-up 6 s, hang time 3 s.
@@ -85,16 +84,7 @@ def firing(base, alertname):
 
 
 def wait_firing(base, alertname, timeout=60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            found = firing(base, alertname)
-        except OSError:
-            found = []
-        if found:
-            return found
-        time.sleep(0.5)
-    raise AssertionError(f"{alertname} not firing within {timeout} s")
+    return poll(lambda: firing(base, alertname), f"{alertname} not firing within {timeout} s", timeout)
 
 
 def fleet(base, port, *args):

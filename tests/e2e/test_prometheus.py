@@ -1,12 +1,11 @@
 """A real Prometheus scrapes the real daemon."""
 
 import json
-import time
 import urllib.parse
 
 import pytest
 
-from daemon import gpu, http_get
+from daemon import gpu, http_get, poll
 from prometheus_server import PrometheusServer
 
 
@@ -38,16 +37,7 @@ def query(base, expr):
 
 
 def wait_query(base, expr, timeout=30):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            result = query(base, expr)
-        except OSError:
-            result = []
-        if result:
-            return result
-        time.sleep(0.5)
-    raise AssertionError(f"no result for {expr} within {timeout}s")
+    return poll(lambda: query(base, expr), f"no result for {expr} within {timeout}s", timeout)
 
 
 def test_prometheus_scrapes_the_daemon(daemon_factory, prometheus):
