@@ -26,6 +26,8 @@ pub enum Outcome {
     NotPython,
     UnsupportedPython,
     FreeThreaded,
+    /// The interpreter was read, but no read found a Python thread in it.
+    NoThreads,
     NoPermission,
     Exited,
     Failed,
@@ -443,6 +445,12 @@ impl Places {
     }
 }
 
+/// A thread's key in a burst: its tid, or, where the tid could not be
+/// found (0), its name.
+fn thread_key(t: &ThreadRead) -> (u32, &str) {
+    (t.tid, if t.tid == 0 { t.name.as_str() } else { "" })
+}
+
 fn is_running(t: &ThreadRead) -> bool {
     t.state == 'R'
 }
@@ -454,15 +462,17 @@ fn pct(v: f64) -> String {
 /// Aggregates a burst's reads into a report.
 pub fn aggregate(burst: &Burst, focus: Focus) -> StackReport {
     let reads = burst.reads.len() as u32;
-    let mut threads: HashMap<u32, ThreadTally> = HashMap::new();
+    // By tid, and by name among the threads whose tid is unknown (0).
+    let mut threads: HashMap<(u32, &str), ThreadTally> = HashMap::new();
     // Per place: reads in which a running thread stood there (once per read).
     let mut hot = Places::default();
     // Per function-level place and thread: reads in which that thread ran it.
-    let mut by_thread: HashMap<(Place, u32), u32> = HashMap::new();
+    let mut by_thread: HashMap<(Place, (u32, &str)), u32> = HashMap::new();
     for read in burst.reads {
         let mut seen: Vec<Place> = Vec::new();
         for t in read {
-            let tally = threads.entry(t.tid).or_default();
+            let key = thread_key(t);
+            let tally = threads.entry(key).or_default();
             tally.pid = t.pid;
             tally.name.clone_from(&t.name);
             tally.state = t.state;
@@ -473,7 +483,7 @@ pub fn aggregate(burst: &Burst, focus: Focus) -> StackReport {
             };
             if is_running(t) {
                 tally.running += 1;
-                *by_thread.entry((place.function(), t.tid)).or_default() += 1;
+                *by_thread.entry((place.function(), key)).or_default() += 1;
                 if !seen.iter().any(|s| s.function() == place.function()) {
                     seen.push(place.clone());
                 }
@@ -493,7 +503,7 @@ pub fn aggregate(burst: &Burst, focus: Focus) -> StackReport {
             .filter(|((p, _), n)| *p == top && **n as f64 >= BUSY_THREAD_SHARE * reads as f64)
             .count() as u32
     });
-    let mut thread_list: Vec<(u32, ThreadTally)> = threads.into_iter().collect();
+    let mut thread_list: Vec<((u32, &str), ThreadTally)> = threads.into_iter().collect();
     thread_list.sort_by(|a, b| {
         b.1.running
             .cmp(&a.1.running)
@@ -503,7 +513,7 @@ pub fn aggregate(burst: &Burst, focus: Focus) -> StackReport {
     let thread_stacks: Vec<ThreadStacks> = thread_list
         .into_iter()
         .take(THREADS_KEPT)
-        .map(|(tid, t)| {
+        .map(|((tid, _), t)| {
             let top = t.places.top(t.reads);
             let most = t.places.ranked().into_iter().next().map(|(p, _)| p);
             ThreadStacks {
@@ -625,8 +635,11 @@ pub fn thread_line(t: &ThreadStacks) -> String {
         .as_ref()
         .map(|w| format!("waits on {w} at "))
         .unwrap_or_else(|| "at ".to_owned());
-    format!(
-        "tid {} ({}, {}, {doing}): {wait}{place}",
-        t.tid, t.name, t.state
-    )
+    let who = if t.tid == 0 {
+        // Named by Python; state from py-spy's idle judgement.
+        format!("thread {} (tid unknown, {doing})", t.name)
+    } else {
+        format!("tid {} ({}, {}, {doing})", t.tid, t.name, t.state)
+    };
+    format!("{who}: {wait}{place}")
 }

@@ -26,6 +26,8 @@ pub enum Unavailable {
     NotPython(String),
     UnsupportedPython(String),
     FreeThreaded(String),
+    /// Every read of the burst found no Python thread.
+    NoThreads(String),
     NoPermission(String),
     Exited(String),
     /// A read met a budget before it could keep anything.
@@ -39,6 +41,7 @@ impl Unavailable {
             Unavailable::NotPython(s)
             | Unavailable::UnsupportedPython(s)
             | Unavailable::FreeThreaded(s)
+            | Unavailable::NoThreads(s)
             | Unavailable::NoPermission(s)
             | Unavailable::Exited(s)
             | Unavailable::OverBudget(_, s)

@@ -10,6 +10,7 @@ mod access;
 pub mod budget;
 mod burst;
 mod frames;
+mod pthread;
 mod raw;
 mod reader;
 pub mod tids;

@@ -10,6 +10,7 @@ use py_spy::{Config, PythonSpy, StackTrace};
 
 use super::budget::{self, Budgets, Found, Limit};
 use super::burst::{BurstOptions, Sampled, Unavailable};
+use super::pthread::TidFinder;
 use super::raw::RawThread;
 use super::tids::TidMap;
 use super::{access, frames};
@@ -18,6 +19,14 @@ use super::{access, frames};
 struct Spy {
     start_ticks: u64,
     spy: PythonSpy,
+    /// Tids from `pthread_t`s, for interpreters that keep no native id.
+    finder: TidFinder,
+}
+
+/// CPython keeps each thread's Linux tid from 3.11 on; before, it is found
+/// from the thread's `pthread_t` (`pthread.rs`).
+fn keeps_native_ids(major: u64, minor: u64) -> bool {
+    (major, minor) >= (3, 11)
 }
 
 /// Reads Python stacks. Not `Sync`: one thread owns it.
@@ -50,6 +59,9 @@ pub fn start_ticks(root: &Path, pid: u32) -> Option<u64> {
         .filter(|(_, state, _)| *state != 'Z')
         .map(|(_, _, start)| start)
 }
+
+/// The py-spy release the reader is built with (pinned in Cargo.toml).
+pub const PY_SPY: &str = "0.4.3";
 
 /// The most threads py-spy walks in one read.
 const WALKED_THREADS: usize = 4096;
@@ -157,7 +169,7 @@ impl StackReader {
 
     /// The spy for `pid`, made on first use (it maps the interpreter's
     /// binaries and looks up its symbols: milliseconds to a second).
-    fn spy(&mut self, pid: u32) -> Result<(&mut PythonSpy, String), Unavailable> {
+    fn spy(&mut self, pid: u32) -> Result<(&mut Spy, String), Unavailable> {
         let stat = read_stat(&self.root.join(pid.to_string()).join("stat"));
         let Some((comm, state, start)) = stat.filter(|s| s.1 != 'Z') else {
             self.spies.remove(&pid);
@@ -184,17 +196,22 @@ impl StackReader {
                 collect_thread_names: false,
                 ..Config::default()
             };
-            let spy = PythonSpy::new(pid as py_spy::Pid, &config)
+            let mut spy = PythonSpy::new(pid as py_spy::Pid, &config)
                 .map_err(|e| self.classify(&e, pid, &comm))?;
+            // A thread whose tid cannot be found is still shown, by the
+            // name Python gave it (looked up once per thread by py-spy).
+            spy.config.collect_thread_names =
+                !keeps_native_ids(spy.version.major, spy.version.minor);
             self.spies.insert(
                 pid,
                 Spy {
                     start_ticks: start,
                     spy,
+                    finder: TidFinder::default(),
                 },
             );
         }
-        let spy = &mut self.spies.get_mut(&pid).expect("inserted above").spy;
+        let spy = self.spies.get_mut(&pid).expect("inserted above");
         Ok((spy, comm))
     }
 
@@ -203,16 +220,21 @@ impl StackReader {
     fn read_once(
         root: &Path,
         pid: u32,
-        spy: &mut PythonSpy,
+        spy: &mut Spy,
         tids: &mut TidMap,
         budgets: &Budgets,
     ) -> Result<(Vec<RawThread>, std::collections::HashSet<Limit>), anyhow::Error> {
-        let traces: Vec<StackTrace> = spy.get_stack_traces()?;
+        let traces: Vec<StackTrace> = spy.spy.get_stack_traces()?;
+        let from_pthread = Self::tids_from_pthreads(root, pid, spy, &traces, tids, budgets);
         let mut native = HashMap::with_capacity(traces.len().min(budgets.threads + 1));
         let found = traces
             .into_iter()
             .map(|trace| {
-                native.insert(trace.thread_id, trace.os_thread_id);
+                let tid = trace
+                    .os_thread_id
+                    .and_then(|t| u32::try_from(t).ok())
+                    .or_else(|| from_pthread.get(&trace.thread_id).copied());
+                native.insert(trace.thread_id, (tid, trace.active, trace.thread_name));
                 Found {
                     python_id: trace.thread_id,
                     owns_gil: trace.owns_gil,
@@ -232,12 +254,19 @@ impl StackReader {
         let mut out = Vec::with_capacity(kept.len());
         let mut refreshed = false;
         for thread in kept {
-            let Some(ns_tid) = native
-                .get(&thread.python_id)
-                .copied()
-                .flatten()
-                .and_then(|t| u32::try_from(t).ok())
-            else {
+            let Some((ns_tid, active, python_name)) = native.remove(&thread.python_id) else {
+                continue;
+            };
+            let Some(ns_tid) = ns_tid else {
+                // No tid: kept with py-spy's own judgement of whether it
+                // runs, under the name Python gave it.
+                out.push(RawThread {
+                    tid: 0,
+                    name: unknown_tid_name(python_name, budgets.name_chars),
+                    state: if active { 'R' } else { 'S' },
+                    owns_gil: thread.owns_gil,
+                    frames: thread.frames,
+                });
                 continue;
             };
             let mut tid = tids.host_tid(ns_tid);
@@ -262,6 +291,29 @@ impl StackReader {
         Ok((out, hit))
     }
 
+    /// The job's own tids of the threads py-spy gave none (CPython before
+    /// 3.11), from their `pthread_t`s; at most as many as a read keeps.
+    fn tids_from_pthreads(
+        root: &Path,
+        pid: u32,
+        spy: &mut Spy,
+        traces: &[StackTrace],
+        tids: &TidMap,
+        budgets: &Budgets,
+    ) -> HashMap<u64, u32> {
+        let pthreads: Vec<u64> = traces
+            .iter()
+            .filter(|t| t.os_thread_id.is_none())
+            .map(|t| t.thread_id)
+            .take(budgets.threads + 1)
+            .collect();
+        if pthreads.is_empty() {
+            return HashMap::new();
+        }
+        let (own, main) = tids.own_tids(root, pid);
+        spy.finder.find(&spy.spy.process, &pthreads, &own, main)
+    }
+
     /// Reads `pid`'s stacks `rate_hz` times a second for `duration`. The
     /// process is never stopped; a read that fails is dropped, and the
     /// burst ends early when the process exits.
@@ -276,11 +328,12 @@ impl StackReader {
         let root = self.root.clone();
         let budgets = self.budgets;
         let (spy, comm) = self.spy(pid)?;
+        let spy: &mut Spy = spy;
         // The burst's time starts once the spy is made (that can take a
         // while on a loaded host), so it always gets its reads.
         let started = now_seconds();
         let clock = Instant::now();
-        let python_version = spy.version.to_string();
+        let python_version = spy.spy.version.to_string();
         let mut tids = TidMap::read(&root, pid);
         let period = Duration::from_secs_f64(1.0 / options.rate_hz.max(0.1));
         let mut reads = Vec::new();
@@ -334,6 +387,14 @@ impl StackReader {
         if exited {
             self.spies.remove(&pid);
         }
+        if !exited && !reads.is_empty() && reads.iter().all(Vec::is_empty) {
+            return Err(Unavailable::NoThreads(format!(
+                "pid {pid} ({comm}) runs Python {python_version}, but none of {} reads found a \
+                 Python thread in it: the interpreter is starting or ending, or this build's \
+                 layout is not one py-spy {PY_SPY} knows",
+                reads.len()
+            )));
+        }
         if reads.is_empty() {
             if exited {
                 return Err(access::exited(pid, &comm));
@@ -351,6 +412,22 @@ impl StackReader {
             exited,
             limits,
         })
+    }
+}
+
+/// A thread whose tid is unknown goes by the name Python gave it (cut to
+/// the name budget), which the report marks as such.
+fn unknown_tid_name(python_name: Option<String>, name_chars: usize) -> String {
+    let name: String = python_name
+        .unwrap_or_default()
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(name_chars)
+        .collect();
+    if name.is_empty() {
+        "unnamed Python thread".to_owned()
+    } else {
+        name
     }
 }
 

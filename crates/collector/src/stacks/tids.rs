@@ -3,7 +3,7 @@
 //! A containerised job's threads carry both in the `NSpid:` line of
 //! `/proc/<pid>/task/<tid>/status`: the host's first, the innermost last.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 /// The ids in a `status` file's `NSpid:` line, outermost first.
@@ -65,6 +65,29 @@ impl TidMap {
         TidMap::from_statuses(statuses.iter().map(|(t, s)| (*t, s.as_str())))
     }
 
+    /// The target's tids as it numbers them, and its main thread's: what a
+    /// thread descriptor in its memory holds (see `pthread.rs`).
+    pub fn own_tids(&self, root: &Path, pid: u32) -> (HashSet<u32>, u32) {
+        match &self.inner {
+            Some(map) => {
+                let main = map
+                    .iter()
+                    .find_map(|(inner, host)| (*host == pid).then_some(*inner))
+                    .unwrap_or(0);
+                (map.keys().copied().collect(), main)
+            }
+            None => {
+                let tids = std::fs::read_dir(root.join(pid.to_string()).join("task"))
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .filter_map(|e| e.file_name().to_str()?.parse().ok())
+                    .collect();
+                (tids, pid)
+            }
+        }
+    }
+
     pub fn is_identity(&self) -> bool {
         self.inner.is_none()
     }
@@ -123,6 +146,10 @@ mod tests {
         std::fs::write(dir.path().join("300/status"), "NSpid:\t300\t1\n").unwrap();
         let map = TidMap::read(dir.path(), 300);
         assert_eq!(map.host_tid(2), Some(301));
+        // What the job's own memory holds: its own numbers, main thread 1.
+        assert_eq!(map.own_tids(dir.path(), 300), ([1, 2].into(), 1));
+        let identity = TidMap::default();
+        assert_eq!(identity.own_tids(dir.path(), 300), ([300, 301].into(), 300));
         assert_eq!(TidMap::read(dir.path(), 999), TidMap::default());
     }
 }

@@ -90,6 +90,7 @@ pub fn to_report(
                 Unavailable::NotPython(_) => (Outcome::NotPython, None),
                 Unavailable::UnsupportedPython(_) => (Outcome::UnsupportedPython, None),
                 Unavailable::FreeThreaded(_) => (Outcome::FreeThreaded, None),
+                Unavailable::NoThreads(_) => (Outcome::NoThreads, None),
                 Unavailable::NoPermission(_) => (Outcome::NoPermission, None),
                 Unavailable::Exited(_) => (Outcome::Exited, None),
                 Unavailable::OverBudget(limit, _) => (Outcome::OverBudget, Some(*limit)),
