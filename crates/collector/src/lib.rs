@@ -15,4 +15,5 @@ pub mod snapshot;
 pub mod time;
 
 pub use error::CollectError;
+pub mod privileges;
 pub mod stacks;

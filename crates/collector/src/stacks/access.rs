@@ -5,9 +5,7 @@ use std::io;
 use std::path::Path;
 
 use super::burst::Unavailable;
-
-/// CAP_SYS_PTRACE's bit in `CapEff`.
-const CAP_SYS_PTRACE: u32 = 19;
+use crate::privileges;
 
 /// What the process's memory map says about its interpreter.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,48 +86,12 @@ pub fn exited(pid: u32, comm: &str) -> Unavailable {
     ))
 }
 
-fn status_field(text: &str, field: &str) -> Option<String> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(field))
-        .map(|v| v.trim().to_owned())
-}
-
-/// Says exactly what keeps stallwatch from reading `pid`'s memory.
+/// Says exactly what keeps stallwatch from reading `pid`'s memory: each
+/// cause that applies (Yama's scope, a missing CAP_SYS_PTRACE, an AppArmor
+/// profile other than the job's, a user namespace, SELinux domains).
 pub fn no_permission(root: &Path, pid: u32, comm: &str) -> String {
-    let scope = std::fs::read_to_string(root.join("sys/kernel/yama/ptrace_scope"))
-        .ok()
-        .and_then(|s| s.trim().parse::<u32>().ok());
-    let own = std::fs::read_to_string(root.join("self/status")).unwrap_or_default();
-    let has_cap = status_field(&own, "CapEff:")
-        .and_then(|hex| u64::from_str_radix(&hex, 16).ok())
-        .is_some_and(|caps| caps & (1 << CAP_SYS_PTRACE) != 0);
-    let target =
-        std::fs::read_to_string(root.join(pid.to_string()).join("status")).unwrap_or_default();
-    let uid = |text: &str| {
-        status_field(text, "Uid:").and_then(|v| v.split_whitespace().next().map(str::to_owned))
-    };
-    let other_user = uid(&target).is_some_and(|t| Some(t) != uid(&own));
-    if scope == Some(3) {
-        return format!(
-            "cannot read pid {pid} ({comm}): Yama ptrace_scope is 3 (/proc/sys/kernel/yama/ptrace_scope), \
-             which forbids reading any other process's memory, even with CAP_SYS_PTRACE"
-        );
-    }
-    if !has_cap {
-        let why = match (other_user, scope) {
-            (true, _) => "it belongs to another user".to_owned(),
-            (false, Some(s)) if s >= 1 => format!("Yama ptrace_scope is {s}"),
-            _ => "the kernel refused".to_owned(),
-        };
-        return format!(
-            "cannot read pid {pid} ({comm}): stallwatch lacks CAP_SYS_PTRACE, which reading its \
-             memory needs ({why}); the shipped systemd unit grants it"
-        );
-    }
-    format!(
-        "cannot read pid {pid} ({comm}): permission denied despite CAP_SYS_PTRACE \
-         (a security module or seccomp policy forbids process_vm_readv)"
-    )
+    let own = privileges::facts(root, &privileges::sys_beside(root));
+    privileges::refusal(&own, &privileges::job(root, pid), pid, comm)
 }
 
 #[cfg(test)]
@@ -217,6 +179,13 @@ mod tests {
         )
         .unwrap();
         assert!(no_permission(p, 77, "python3").contains("despite CAP_SYS_PTRACE"));
+        // A daemon under a container's default AppArmor profile, a job on the host.
+        std::fs::create_dir_all(p.join("self/attr")).unwrap();
+        std::fs::create_dir_all(p.join("77/attr")).unwrap();
+        std::fs::write(p.join("self/attr/current"), "docker-default (enforce)\n").unwrap();
+        std::fs::write(p.join("77/attr/current"), "unconfined\n").unwrap();
+        let msg = no_permission(p, 77, "python3");
+        assert!(msg.contains("pid 77 runs under `unconfined`"), "{msg}");
     }
 }
 
