@@ -200,6 +200,40 @@ fn every_thread_is_summarised_for_a_hang() {
 }
 
 #[test]
+fn threads_whose_tid_is_unknown_stay_apart_by_their_python_names() {
+    // CPython before 3.11 where no tid could be found: tid 0, Python's names.
+    let named = |name: &str, state, frames| ThreadRead {
+        name: name.into(),
+        ..thread(0, state, false, frames)
+    };
+    let reads: Vec<Vec<ThreadRead>> = (0..10)
+        .map(|_| {
+            vec![
+                named("loader", 'R', pil()),
+                named("MainThread", 'S', main_waiting()),
+            ]
+        })
+        .collect();
+    let r = report(&reads, Focus::AllThreads);
+    assert_eq!(r.threads.len(), 2, "{:?}", r.threads);
+    assert_eq!(r.threads[0].name, "loader");
+    assert_eq!(r.threads[0].running_share, 1.0);
+    assert_eq!(r.threads[1].name, "MainThread");
+    assert!(
+        r.summary
+            .starts_with("thread loader (tid unknown, running 100%): at PIL.ImageFile"),
+        "{}",
+        r.summary
+    );
+    assert!(
+        r.summary
+            .contains("thread MainThread (tid unknown, not running): waits on queue.get"),
+        "{}",
+        r.summary
+    );
+}
+
+#[test]
 fn describing_a_place_in_the_users_own_code_names_file_and_line() {
     let reads = vec![vec![thread(1, 'R', true, vec![own("spin", "train.py", 9)])]];
     let r = report(&reads, Focus::Busy);

@@ -526,6 +526,13 @@ mod tests {
     }
 
     #[test]
+    fn the_named_py_spy_is_the_one_cargo_pins() {
+        let manifest = include_str!("../../../../Cargo.toml");
+        let pin = format!("py-spy = {{ version = \"={}\"", super::PY_SPY);
+        assert!(manifest.contains(&pin), "Cargo.toml does not pin {pin}");
+    }
+
+    #[test]
     fn stat_gives_name_state_and_start() {
         let text = "4242 (py map) worker) R 1 4242 4242 0 -1 4194304 100 0 0 0 5 1 0 0 20 0 3 0 98765 1000 50 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0";
         assert_eq!(
