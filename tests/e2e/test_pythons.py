@@ -17,8 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from container_image import podman_env
 from daemon import BINARY, kill_group
-from debroot import PYTHON_ROOTS, debian_root, python_root_spec
+from debroot import PYTHON_ROOTS, debian_root, locked, python_root_spec
+from test_stacks import FAST, holding
 
 HERE = Path(__file__).parent
 PYENV = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
@@ -111,3 +113,54 @@ def test_debians_cpython_in_its_own_namespaces(name, tmp_path):
     finally:
         kill_group(outer)
         shutil.rmtree(root / inside.parent.relative_to("/"), ignore_errors=True)
+
+
+def podman(env, *args, **kwargs):
+    r = subprocess.run(["podman", *args], env=env, capture_output=True, text=True, timeout=300, **kwargs)
+    assert r.returncode == 0, f"podman {args[0]}: {r.stderr[-2000:]}"
+    return r.stdout.strip()
+
+
+def python_image(env):
+    """bookworm's root with its CPython as a local image, made with `podman
+    import` (no registry), once per root."""
+    root = debian_root(python_root_spec("bookworm"))
+    tag = f"localhost/stallwatch-python:{root.name.rsplit('-', 1)[-1]}"
+    with locked(root.parent / "python-image.lock"):
+        if subprocess.run(["podman", "image", "exists", tag], env=env).returncode != 0:
+            tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
+            podman(env, "import", "-", tag, stdin=tar.stdout)
+            assert tar.wait() == 0
+    return tag
+
+
+def test_a_job_in_a_podman_container_with_a_launchers_environment(daemon_factory, tmp_path):
+    """A rank started by torchrun in a real container: its stacks (tids of
+    the container's namespace mapped to the host's), thread names, rank and
+    container id, read from the host."""
+    if os.geteuid() != 0 or not shutil.which("podman"):
+        pytest.skip("a rootful podman is needed (scripts/install-test-deps, as root)")
+    env = podman_env()
+    image = python_image(env)
+    tmp_path.chmod(0o755)
+    shutil.copy(HERE / "pyjob.py", tmp_path / "pyjob.py")
+    name = f"stallwatch-pyjob-{uuid.uuid4().hex[:8]}"
+    launcher = {"RANK": "3", "LOCAL_RANK": "3", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "8",
+                "MASTER_ADDR": "10.1.2.3", "MASTER_PORT": "29500", "TORCHELASTIC_RUN_ID": "run-42"}
+    podman(env, "run", "--detach", f"--name={name}", f"--volume={tmp_path}:/job:ro",
+           *[f"--env={k}={v}" for k, v in launcher.items()], image, "python3", "/job/pyjob.py", "decode")
+    try:
+        deadline = time.monotonic() + 30
+        while "ready" not in podman(env, "logs", name) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        pid = int(podman(env, "inspect", "--format", "{{.State.Pid}}", name))
+        container = podman(env, "inspect", "--format", "{{.Id}}", name)
+        d = daemon_factory(holding(pid, 95), config=FAST).start()
+        m = d.wait_for(lambda m: m.has("stallwatch_job_rank_info", pid=str(pid)), what="the container's rank")
+        assert m.has("stallwatch_job_info", pid=str(pid), container_id=container), d.get("/metrics")[2].decode()
+        assert m.has("stallwatch_job_rank_info", pid=str(pid), run="torchelastic:run-42", rank="3", world_size="8", launcher="torchrun")
+        code, _, body = d.get(f"/api/v1/stacks/{pid}?seconds=2", timeout=30)
+        assert code == 200, body
+        assert_read_right(json.loads(body), pid, "3.11")
+    finally:
+        subprocess.run(["podman", "rm", "--force", name], env=env, capture_output=True, timeout=120)
