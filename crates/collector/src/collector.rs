@@ -7,7 +7,9 @@ use std::time::{Instant, SystemTime};
 use crate::error::CollectError;
 use crate::faults::{FaultFeed, FaultOptions};
 use crate::gpu::{GpuOptions, GpuSource};
+use crate::kubelet::{Kubelet, KubeletOptions};
 use crate::proc::ProcReader;
+use crate::proc::user::UserOptions;
 use crate::sample::faults::KernelLogState;
 use crate::sample::{ErrorCounts, Sample};
 use crate::time::unix_seconds;
@@ -16,6 +18,7 @@ pub struct Collector {
     gpu: GpuSource,
     proc: ProcReader,
     faults: Option<FaultFeed>,
+    kubelet: Option<Kubelet>,
 }
 
 impl Collector {
@@ -24,7 +27,21 @@ impl Collector {
             proc: ProcReader::new(procfs_root)?,
             gpu: GpuSource::start(gpu)?,
             faults: None,
+            kubelet: None,
         })
+    }
+
+    /// How a job's user is read and shown.
+    pub fn with_users(mut self, options: UserOptions) -> Self {
+        self.proc.set_user_options(options);
+        self
+    }
+
+    /// Also asks the kubelet which pod holds each GPU, on a thread of its
+    /// own.
+    pub fn with_kubelet(mut self, options: KubeletOptions) -> Result<Self, CollectError> {
+        self.kubelet = Some(Kubelet::start(options)?);
+        Ok(self)
     }
 
     /// Also watches for GPU faults: NVML events and the kernel log, on
@@ -53,7 +70,11 @@ impl Collector {
             }
         }
         let holders: Vec<(u32, Vec<u32>)> = holders.into_iter().collect();
-        let jobs = self.proc.read_jobs(&holders, &mut errors);
+        let mut jobs = self.proc.read_jobs(&holders, &mut errors);
+        let kubernetes = self
+            .kubelet
+            .as_mut()
+            .map(|k| k.attribute(&gpu.gpus, &mut jobs));
         let host = self.proc.read_host(&mut errors);
         Sample {
             timestamp_seconds,
@@ -63,6 +84,7 @@ impl Collector {
             host,
             errors,
             kernel_log,
+            kubernetes,
         }
     }
 }

@@ -67,6 +67,7 @@ pub fn derive(prev: Option<(&Sample, &Snapshot)>, cur: &Sample) -> Snapshot {
         host: derive_host(prev.map(|(p, _)| &p.host), &cur.host),
         errors_total,
         kernel_log: cur.kernel_log,
+        kubernetes: cur.kubernetes.clone(),
     }
 }
 

@@ -1,4 +1,5 @@
-//! The only code in stallwatch that reads NVML or `/proc`.
+//! The only code in stallwatch that reads NVML or `/proc`, or asks the
+//! kubelet which pod holds a GPU.
 //!
 //! Readers produce a raw [`sample::Sample`] (cumulative counters, canonical
 //! units, one timestamp); [`delta`] turns two of them into a
@@ -9,6 +10,7 @@ pub mod delta;
 pub mod error;
 pub mod faults;
 pub mod gpu;
+pub mod kubelet;
 pub mod proc;
 pub mod sample;
 pub mod snapshot;

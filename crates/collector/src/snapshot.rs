@@ -27,6 +27,9 @@ pub struct Snapshot {
     pub errors_total: ErrorCounts,
     #[serde(default)]
     pub kernel_log: crate::sample::faults::KernelLogState,
+    /// The kubelet reader's state; `None` when it is off.
+    #[serde(default)]
+    pub kubernetes: Option<crate::sample::kubernetes::KubernetesState>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

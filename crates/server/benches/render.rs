@@ -121,7 +121,10 @@ fn job(j: u32, tf: f64) -> JobSample {
             container_id: Some(format!("{:064x}", 0xabcdef_u64 + u64::from(j))),
             systemd_unit: None,
             pod_uid: Some(format!("1b4e28ba-2fa1-11d2-883f-0016d3cca42{j}")),
-            slurm_job_id: None,
+            namespace: Some("ml".into()),
+            pod: Some(format!("trainer-{j}")),
+            container: Some("main".into()),
+            ..Attribution::default()
         },
         rank: Default::default(),
         frameworks: Default::default(),

@@ -1,5 +1,6 @@
 //! Where a job runs, from the cgroup paths in `/proc/<pid>/cgroup`: container,
-//! Kubernetes pod, systemd unit and Slurm job.
+//! Kubernetes pod, systemd unit, Slurm job and step (and, in Slurm's v1
+//! layout, the job's uid).
 
 use procfs::ProcessCGroups;
 use procfs::prelude::*;
@@ -65,7 +66,11 @@ pub fn parse_attribution(text: &str) -> Attribution {
         a.container_id = a.container_id.take().or(found.container_id);
         a.systemd_unit = a.systemd_unit.take().or(found.systemd_unit);
         a.pod_uid = a.pod_uid.take().or(found.pod_uid);
-        a.slurm_job_id = a.slurm_job_id.take().or(found.slurm_job_id);
+        if a.slurm_job_id.is_none() {
+            a.slurm_job_id = found.slurm_job_id;
+            a.slurm_step = found.slurm_step;
+            a.slurm_uid = found.slurm_uid;
+        }
     }
     attribution
 }
@@ -81,13 +86,23 @@ fn path_attribution(path: &str) -> Attribution {
             found.pod_uid = Some(uid);
         } else if is_unit(part) {
             found.systemd_unit = Some(part.to_owned());
-        } else if let Some(job) = slurm_job(part, under_slurm) {
-            found.slurm_job_id = Some(job.to_owned());
+        } else if under_slurm {
+            slurm_part(part, &mut found);
         }
         under_kubepods |= part.starts_with("kubepods");
-        under_slurm |= part == "slurm" || part.starts_with("slurm_") || part == "slurmstepd.scope";
+        under_slurm |= is_slurm_root(part);
     }
     found
+}
+
+/// The directory (or scope) Slurm's cgroup plugin puts its jobs below: `slurm`
+/// (v1; `slurm_<node>` on multi-slurmd builds), `slurmstepd.scope` (v2) or
+/// `<node>_slurmstepd.scope` (v2, multi-slurmd).
+fn is_slurm_root(part: &str) -> bool {
+    part == "slurm"
+        || part.starts_with("slurm_")
+        || part == "slurmstepd.scope"
+        || part.ends_with("_slurmstepd.scope")
 }
 
 /// `docker-<id>.scope`, `cri-containerd-<id>.scope`, `crio-<id>.scope`,
@@ -141,11 +156,41 @@ fn is_unit(part: &str) -> bool {
     part.ends_with(".service") || (part.ends_with(".scope") && !runtime_scope)
 }
 
-/// `job_<id>` below a Slurm cgroup (`/slurm/uid_<uid>/job_<id>` in v1,
-/// `/system.slice/slurmstepd.scope/job_<id>` in v2).
-fn slurm_job(part: &str, under_slurm: bool) -> Option<&str> {
-    let id = part.strip_prefix("job_").filter(|_| under_slurm)?;
-    (!id.is_empty() && id.bytes().all(|b| b.is_ascii_digit())).then_some(id)
+/// Longest Slurm job id or step name kept (Slurm's are numbers and the
+/// words `batch`, `extern`, `interactive`; anything else is kept when short
+/// and plain).
+const MAX_SLURM_ID: usize = 32;
+
+/// One component below a Slurm root: `uid_<uid>` (v1), `job_<id>`, and below
+/// the job `step_<step>` (`step_0`, `step_batch`, `step_extern`,
+/// `step_interactive`, ...). `task_<n>`, `user` and the rest say nothing more.
+/// A step is taken only below a job, and a job only once per path.
+fn slurm_part(part: &str, found: &mut Attribution) {
+    if let Some(uid) = part.strip_prefix("uid_") {
+        if found.slurm_job_id.is_none() {
+            found.slurm_uid = uid.parse().ok();
+        }
+    } else if let Some(job) = part.strip_prefix("job_").filter(|id| slurm_id(id)) {
+        if found.slurm_job_id.is_none() {
+            found.slurm_job_id = Some(job.to_owned());
+        }
+    } else if let Some(step) = part.strip_prefix("step_").filter(|id| slurm_id(id))
+        && found.slurm_job_id.is_some()
+        && found.slurm_step.is_none()
+    {
+        found.slurm_step = Some(step.to_owned());
+    }
+}
+
+/// A job id or step as Slurm writes them (digits, `batch`, `extern`,
+/// `interactive`), or another short plain word from a build that names them
+/// otherwise; never anything that could carry a path or markup.
+fn slurm_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= MAX_SLURM_ID
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.')
 }
 
 #[cfg(test)]
@@ -259,11 +304,48 @@ mod tests {
         assert_eq!(a.systemd_unit.as_deref(), Some("session-42.scope"));
     }
 
+    /// (job, step, uid) of a cgroup text.
+    fn slurm(text: &str) -> (Option<String>, Option<String>, Option<u32>) {
+        let a = parse(text);
+        (a.slurm_job_id, a.slurm_step, a.slurm_uid)
+    }
+
+    fn job(
+        job: &str,
+        step: &str,
+        uid: Option<u32>,
+    ) -> (Option<String>, Option<String>, Option<u32>) {
+        (Some(job.to_owned()), Some(step.to_owned()), uid)
+    }
+
     #[test]
     fn slurm_cgroup_v2() {
         let a = parse("0::/system.slice/slurmstepd.scope/job_73421/step_0/user/task_0\n");
         assert_eq!(a.slurm_job_id.as_deref(), Some("73421"));
+        assert_eq!(a.slurm_step.as_deref(), Some("0"));
+        assert_eq!(a.slurm_uid, None, "v2 paths carry no uid");
         assert_eq!(a.systemd_unit.as_deref(), Some("slurmstepd.scope"));
+    }
+
+    #[test]
+    fn slurm_cgroup_v2_every_step_kind() {
+        for step in ["batch", "extern", "interactive", "0", "17"] {
+            let text = format!("0::/system.slice/slurmstepd.scope/job_9/step_{step}/user/task_0\n");
+            assert_eq!(slurm(&text), job("9", step, None), "{text}");
+        }
+        // The step's own slurmstepd sits beside the user's tasks.
+        let text = "0::/system.slice/slurmstepd.scope/job_9/step_extern/slurm\n";
+        assert_eq!(slurm(text), job("9", "extern", None));
+    }
+
+    #[test]
+    fn slurm_cgroup_v2_multi_slurmd_names_the_node() {
+        let text = "0::/system.slice/gpu-node-07_slurmstepd.scope/job_88/step_batch/user/task_0\n";
+        assert_eq!(slurm(text), job("88", "batch", None));
+        assert_eq!(
+            parse(text).systemd_unit.as_deref(),
+            Some("gpu-node-07_slurmstepd.scope")
+        );
     }
 
     #[test]
@@ -274,7 +356,37 @@ mod tests {
             1:name=systemd:/system.slice/slurmd.service\n";
         let a = parse(text);
         assert_eq!(a.slurm_job_id.as_deref(), Some("512"));
+        assert_eq!(a.slurm_step.as_deref(), Some("batch"));
+        assert_eq!(a.slurm_uid, Some(1000));
         assert_eq!(a.systemd_unit.as_deref(), Some("slurmd.service"));
+    }
+
+    #[test]
+    fn slurm_cgroup_v1_multi_slurmd_and_numbered_steps() {
+        let text = "5:cpuset:/slurm_node3/uid_2001/job_40/step_3/task_1\n";
+        assert_eq!(slurm(text), job("40", "3", Some(2001)));
+    }
+
+    #[test]
+    fn a_slurm_job_without_a_step_and_odd_ids() {
+        // The job's own directory (a process slurmstepd put there itself).
+        let text = "0::/system.slice/slurmstepd.scope/job_7\n";
+        assert_eq!(slurm(text), (Some("7".into()), None, None));
+        // Another build's ids: kept when short and plain.
+        let text = "0::/system.slice/slurmstepd.scope/job_7_3/step_het-1/user/task_0\n";
+        assert_eq!(slurm(text), job("7_3", "het-1", None));
+        // Anything else is left out, never passed on.
+        let long = "9".repeat(MAX_SLURM_ID + 1);
+        let text = format!("0::/system.slice/slurmstepd.scope/job_{long}/step_0\n");
+        assert_eq!(slurm(&text), (None, None, None), "no step without its job");
+        let text = "0::/system.slice/slurmstepd.scope/job_7/step_a b/user\n";
+        assert_eq!(slurm(text), (Some("7".into()), None, None));
+        let text = "0::/slurm/uid_x/job_7/step_0\n";
+        assert_eq!(
+            slurm(text),
+            job("7", "0", None),
+            "a uid that is not a number"
+        );
     }
 
     #[test]

@@ -12,7 +12,7 @@ use super::open_files::{Kind, OpenFiles};
 use super::read::Buffer;
 use super::stat::{StatFields, parse_io, parse_schedstat, parse_stat};
 use super::tasks::{Activity, Tasks};
-use super::{cgroup, libraries, output, rank};
+use super::{cgroup, libraries, output, rank, user};
 use crate::sample::{ErrorCounts, JobSample, ProcessId, ProcessSample, ThreadSample};
 
 /// What the job reader keeps from one sample to the next.
@@ -21,6 +21,7 @@ pub(super) struct Memory {
     pub children: ChildrenCache,
     pub attributions: cgroup::Attributions,
     pub ranks: rank::Ranks,
+    pub users: user::Users,
     pub libraries: libraries::Libraries,
     pub files: OpenFiles,
     pub tasks: Tasks,
@@ -103,7 +104,7 @@ impl Walk<'_> {
         let dir = self.reader.root().join(pid.to_string());
         let (leader, children) = self.process(pid, &dir, None)?;
         let memory = &mut *self.memory;
-        let attribution = unless_exited(&dir, self.errors, self.buf, |e, buf| {
+        let mut attribution = unless_exited(&dir, self.errors, self.buf, |e, buf| {
             let path = || dir.join("cgroup");
             let text = buf.kept(&mut memory.files, pid, Kind::Cgroup, path);
             job_value(text, "cgroup", e)
@@ -111,7 +112,13 @@ impl Walk<'_> {
                 .unwrap_or_default()
         });
         let root = self.reader.root();
-        let rank = memory.ranks.get(root, pid, leader.id.start_ticks);
+        let env = memory.ranks.get(root, pid, leader.id.start_ticks);
+        let rank = env.rank;
+        attribution.slurm_account = env.slurm_account;
+        attribution.user =
+            memory
+                .users
+                .get(root, pid, leader.id.start_ticks, attribution.slurm_uid);
         let frameworks = memory.libraries.get(root, pid, leader.id.start_ticks);
         let output = unless_exited(&dir, self.errors, self.buf, |e, _| {
             output::read_output(root, pid, e)

@@ -17,10 +17,12 @@ pub mod libraries;
 mod mount;
 mod open_files;
 mod output;
+mod per_process;
 pub mod rank;
 mod read;
 mod stat;
 mod tasks;
+pub mod user;
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -110,10 +112,16 @@ impl ProcReader {
         memory.tasks.begin();
         memory.attributions.begin();
         memory.ranks.begin();
+        memory.users.begin();
         memory.libraries.begin();
         let jobs = job::read_jobs(&self.mount, holders, errors, &mut memory);
         self.memory = memory;
         jobs
+    }
+
+    /// How a job's user is read and shown (`[identity]`; see `user.rs`).
+    pub fn set_user_options(&mut self, options: user::UserOptions) {
+        self.memory.users = user::Users::new(options);
     }
 
     /// Whether threads' CPU time comes from `schedstat` (see `tasks.rs`).

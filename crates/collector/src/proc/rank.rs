@@ -5,13 +5,15 @@
 //! a stream, an allowlist of names is kept (each value at most
 //! [`MAX_VALUE`] bytes of a plain charset; `TF_CONFIG` at most
 //! [`MAX_TF_CONFIG`]), and every other variable is dropped as it streams
-//! past, never kept beyond the chunk it was in, never shown.
+//! past, never kept beyond the chunk it was in, never shown. The same read
+//! gives the job's Slurm account (`SLURM_JOB_ACCOUNT`).
 
 use std::collections::HashMap;
 use std::io::Read;
 
 use serde::Deserialize;
 
+use super::per_process::PerProcess;
 use crate::sample::job::{Rank, RankRead};
 
 /// Longest value kept of an allowlisted variable.
@@ -39,6 +41,7 @@ pub const ALLOWLIST: &[&str] = &[
     "SLURM_LOCALID",
     "SLURM_NODEID",
     "SLURM_NTASKS",
+    "SLURM_JOB_ACCOUNT",
     // Open MPI, PMIx, PMI
     "OMPI_COMM_WORLD_RANK",
     "OMPI_COMM_WORLD_SIZE",
@@ -279,6 +282,7 @@ fn derive(vars: &HashMap<&'static str, String>, host: &str) -> Result<Option<Ran
             "OMPI_COMM_WORLD_SIZE",
             "PMI_SIZE",
             "SLURM_NTASKS",
+            "SLURM_JOB_ACCOUNT",
             "JAX_NUM_PROCESSES",
         ],
     )? {
@@ -356,54 +360,62 @@ fn run_id(
 
 /// Reads `environ` and says what run and rank it makes.
 pub fn read(environ: impl Read, host: &str) -> RankRead {
+    read_env(environ, host).rank
+}
+
+/// What a job's environment says of it: its run and rank, and its Slurm
+/// account (`SLURM_JOB_ACCOUNT`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobEnv {
+    pub rank: RankRead,
+    pub slurm_account: Option<String>,
+}
+
+/// Reads `environ` once: the run and rank it makes, and the Slurm account.
+pub fn read_env(environ: impl Read, host: &str) -> JobEnv {
     match allowlisted(environ) {
-        Ok(vars) => rank_of(&vars, host),
-        Err(why) => RankRead::Unknown(why),
+        Ok(mut vars) => JobEnv {
+            slurm_account: vars.remove("SLURM_JOB_ACCOUNT"),
+            rank: rank_of(&vars, host),
+        },
+        Err(why) => JobEnv {
+            rank: RankRead::Unknown(why),
+            slurm_account: None,
+        },
     }
 }
 
-/// Each job's rank, read once per process (pid and start time) while it
-/// holds a GPU.
+/// Each job's environment, read once per process (pid and start time) while
+/// it holds a GPU.
 #[derive(Debug, Clone, Default)]
 pub struct Ranks {
-    sample: u64,
     host: Option<String>,
-    /// pid -> (start ticks, what its environment said, sample last used)
-    by_pid: HashMap<u32, (u64, RankRead, u64)>,
+    by_process: PerProcess<JobEnv>,
 }
 
 impl Ranks {
     /// Starts a sample: forgets the leaders not seen in the previous one.
     pub fn begin(&mut self) {
-        let previous = self.sample;
-        self.by_pid.retain(|_, (_, _, used)| *used == previous);
-        self.sample += 1;
+        self.by_process.begin();
     }
 
-    /// `pid`'s rank, read from `root/<pid>/environ` the first time this
-    /// process (started at `start_ticks`) is asked for.
-    pub fn get(&mut self, root: &std::path::Path, pid: u32, start_ticks: u64) -> RankRead {
-        let sample = self.sample;
-        if let Some((start, known, used)) = self.by_pid.get_mut(&pid)
-            && *start == start_ticks
-        {
-            *used = sample;
-            return known.clone();
-        }
-        let host = self
-            .host
-            .get_or_insert_with(|| {
-                std::fs::read_to_string(root.join("sys/kernel/hostname"))
-                    .map(|h| h.trim().chars().take(MAX_VALUE).collect())
-                    .unwrap_or_else(|_| "localhost".into())
-            })
-            .clone();
-        let rank = match std::fs::File::open(root.join(pid.to_string()).join("environ")) {
-            Ok(file) => read(file, &host),
-            Err(e) => RankRead::Unknown(format!("the environment could not be read ({e})")),
-        };
-        self.by_pid.insert(pid, (start_ticks, rank.clone(), sample));
-        rank
+    /// What `pid`'s environment says, read from `root/<pid>/environ` the
+    /// first time this process (started at `start_ticks`) is asked for.
+    pub fn get(&mut self, root: &std::path::Path, pid: u32, start_ticks: u64) -> JobEnv {
+        let host = self.host.get_or_insert_with(|| {
+            std::fs::read_to_string(root.join("sys/kernel/hostname"))
+                .map(|h| h.trim().chars().take(MAX_VALUE).collect())
+                .unwrap_or_else(|_| "localhost".into())
+        });
+        self.by_process.get(pid, start_ticks, || {
+            match std::fs::File::open(root.join(pid.to_string()).join("environ")) {
+                Ok(file) => read_env(file, host),
+                Err(e) => JobEnv {
+                    rank: RankRead::Unknown(format!("the environment could not be read ({e})")),
+                    slurm_account: None,
+                },
+            }
+        })
     }
 }
 

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 pub mod faults;
 pub mod job;
+pub mod kubernetes;
 
 /// One complete reading of the host, its GPUs and the jobs on them.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -22,6 +23,9 @@ pub struct Sample {
     /// Whether the kernel log (Xid lines) is being read.
     #[serde(default)]
     pub kernel_log: faults::KernelLogState,
+    /// The kubelet reader's state; `None` when it is off.
+    #[serde(default)]
+    pub kubernetes: Option<kubernetes::KubernetesState>,
 }
 
 /// The state of NVML and every GPU it reported.
@@ -245,13 +249,41 @@ pub struct IoCounters {
     pub write_bytes: u64,
 }
 
-/// Where a job runs, from `/proc/<pid>/cgroup`.
+/// Where a job runs and whose it is: from `/proc/<pid>/cgroup` (container,
+/// unit, pod UID, Slurm job and step), the job leader's `status` and the
+/// host's user database (user), its environment (Slurm account) and the
+/// kubelet (namespace, pod, container).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Attribution {
     pub container_id: Option<String>,
     pub systemd_unit: Option<String>,
     pub pod_uid: Option<String>,
     pub slurm_job_id: Option<String>,
+    /// The Slurm step (`0`, `batch`, `extern`, `interactive`, ...), from the
+    /// cgroup path below the job.
+    #[serde(default)]
+    pub slurm_step: Option<String>,
+    /// The uid in Slurm's v1 cgroup path (`/slurm/uid_<uid>/job_<id>`).
+    #[serde(default)]
+    pub slurm_uid: Option<u32>,
+    /// The job's user as `[identity] user_label` allows: its name, or its
+    /// uid as a number (see `proc::user`).
+    #[serde(default)]
+    pub user: Option<String>,
+    /// `SLURM_JOB_ACCOUNT` from the job's environment.
+    #[serde(default)]
+    pub slurm_account: Option<String>,
+    /// The job's Kubernetes pod, from the kubelet's PodResources API.
+    #[serde(default)]
+    pub namespace: Option<String>,
+    #[serde(default)]
+    pub pod: Option<String>,
+    #[serde(default)]
+    pub container: Option<String>,
+    /// Why a job in a pod (or on a GPU the kubelet lists) has no namespace
+    /// and pod name.
+    #[serde(default)]
+    pub pod_unknown: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -218,3 +218,29 @@ fn a_value_split_across_chunks_is_whole() {
     ]));
     assert_eq!(found_in(&bytes).rank, 12);
 }
+
+#[test]
+fn the_slurm_account_comes_from_the_same_read() {
+    let env = read_env(
+        &environ(&[
+            ("SLURM_JOB_ID", "81234"),
+            ("SLURM_PROCID", "0"),
+            ("SLURM_JOB_ACCOUNT", "vision-lab"),
+        ])[..],
+        "h",
+    );
+    assert_eq!(env.slurm_account.as_deref(), Some("vision-lab"));
+    assert_eq!(
+        env.rank.found().map(|r| r.run.as_str()),
+        Some("slurm:81234")
+    );
+    // An account alone makes no run, and markup is refused with the reason.
+    let env = read_env(&environ(&[("SLURM_JOB_ACCOUNT", "a")])[..], "h");
+    assert_eq!(
+        (env.rank, env.slurm_account.as_deref()),
+        (RankRead::None, Some("a"))
+    );
+    let env = read_env(&environ(&[("SLURM_JOB_ACCOUNT", "<a>")])[..], "h");
+    assert_eq!(env.slurm_account, None);
+    assert!(matches!(env.rank, RankRead::Unknown(why) if why.contains("SLURM_JOB_ACCOUNT")));
+}
