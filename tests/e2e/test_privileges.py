@@ -51,6 +51,13 @@ def root_job(tmp_path):
     out.close()
 
 
+def in_user_namespace():
+    """Runs the next command as root of a user namespace of its own (every
+    capability there, none over the host's processes: rootless podman, a
+    user-namespaced pod)."""
+    return ["unshare", "--user", "--map-root-user"]
+
+
 def setpriv(caps):
     """Runs the next command as nobody with `caps` as its only capabilities
     (ambient, so they survive the exec into a binary without file capabilities)."""
@@ -67,7 +74,7 @@ def setpriv(caps):
 def unprivileged(install_dir):
     made = []
 
-    def make(pid, caps):
+    def make(pid, caps, prefix=None):
         d = Path(tempfile.mkdtemp(dir=install_dir))
         d.chmod(0o755)
         holding = {"pid": pid, "used_memory_bytes": 8 * 2**30, "sm_util": 5}
@@ -76,14 +83,15 @@ def unprivileged(install_dir):
             {"gpus": [gpu(0, processes=[holding])]},
             library=install_dir / "libnvidia_ml.so",
             binary=install_dir / "stallwatch",
-            prefix=setpriv(caps),
+            prefix=setpriv(caps) if prefix is None else prefix,
         )
         # Readable by nobody whatever the umask.
         daemon.config_path.chmod(0o644)
         daemon.scenario_path.chmod(0o644)
         made.append(daemon)
         daemon.start()
-        assert_identity(daemon.process.pid, caps)
+        if prefix is None:
+            assert_identity(daemon.process.pid, caps)
         return daemon
 
     yield make
@@ -177,3 +185,134 @@ def test_without_capabilities_the_stacks_say_which_one_is_missing(unprivileged, 
     report = json.loads(body)
     assert code == 200 and report["outcome"] == "no_permission", report
     assert "lacks CAP_SYS_PTRACE" in report["detail"] and "another user" in report["detail"], report
+
+
+def host_ptrace_scope():
+    """This host's Yama scope, read (never changed by these tests); None without Yama."""
+    path = Path("/proc/sys/kernel/yama/ptrace_scope")
+    return int(path.read_text()) if path.exists() else None
+
+
+def privileges(d):
+    code, _, body = d.get("/api/v1/status")
+    assert code == 200, body
+    return json.loads(body)["privileges"]
+
+
+def stacks_of(d, pid):
+    code, _, body = d.get(f"/api/v1/stacks/{pid}?seconds=1", timeout=15)
+    assert code == 200, body
+    return json.loads(body)
+
+
+def test_with_the_units_capabilities_every_users_jobs_can_be_read(unprivileged, root_job):
+    if host_ptrace_scope() == 3:
+        pytest.skip("Yama ptrace_scope is 3 on this host: no stack can be read")
+    d = unprivileged(root_job.pid, unit_capabilities())
+    p = privileges(d)
+    assert p["uid"] == NOBODY and p["ptrace_scope"] == host_ptrace_scope(), p
+    assert p["capabilities"]["held"] == ["CAP_DAC_READ_SEARCH", "CAP_SYS_PTRACE", "CAP_SYSLOG"], p
+    assert p["capabilities"]["missing"] == [] and p["capabilities"]["effective"] == "0000000400080004", p
+    assert p["initial_user_namespace"] is True, p
+    assert p["stacks"]["read"] == "yes" and p["environments"]["read"] == "yes", p
+    assert "holds CAP_SYS_PTRACE" in p["stacks"]["why"], p
+    # Said once at start, at info: nothing to warn of.
+    lines = [l for l in d.logs().splitlines() if "what stallwatch may read" in l]
+    assert len(lines) == 1 and "INFO" in lines[0] and "stacks=yes" in lines[0], d.logs()
+
+
+def test_without_capabilities_the_report_says_only_its_own_users_jobs(unprivileged, root_job):
+    if host_ptrace_scope() not in (None, 0):
+        pytest.skip("Yama ptrace_scope is not 0 here: without CAP_SYS_PTRACE no stack can be read at all")
+    d = unprivileged(root_job.pid, [])
+    p = privileges(d)
+    assert p["capabilities"]["held"] == [] and p["capabilities"]["effective"] == "0000000000000000", p
+    assert p["capabilities"]["missing"] == ["CAP_DAC_READ_SEARCH", "CAP_SYS_PTRACE", "CAP_SYSLOG"], p
+    assert p["stacks"]["read"] == "same_uid", p
+    assert p["stacks"]["why"].startswith("stallwatch lacks CAP_SYS_PTRACE") and f"uid {NOBODY}" in p["stacks"]["why"], p
+    assert p["environments"]["read"] == "same_uid", p
+    assert "lacks CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH" in p["environments"]["why"], p
+    # The root job's read is refused for that reason, by name.
+    report = stacks_of(d, root_job.pid)
+    assert report["outcome"] == "no_permission", report
+    assert "lacks CAP_SYS_PTRACE" in report["detail"] and "another user" in report["detail"], report
+    # One warning at start, with the reason.
+    lines = [l for l in d.logs().splitlines() if "what stallwatch may read" in l]
+    assert len(lines) == 1 and "WARN" in lines[0] and "stacks=same_uid" in lines[0], d.logs()
+    assert "lacks CAP_SYS_PTRACE" in lines[0], lines
+
+    # The status page says it in a banner of its own.
+    import browser
+    from bs4 import BeautifulSoup
+
+    dom, _, console = browser.load(d.url + "/", budget_ms=3000)
+    assert console == [], console
+    box = BeautifulSoup(dom, "html.parser").select_one("#privileges")
+    said = box.get_text(" ", strip=True)
+    assert not box.has_attr("hidden"), said
+    assert said.startswith(
+        "Python stacks of other users' jobs can be read only for its own user's jobs: stallwatch lacks CAP_SYS_PTRACE"
+    ), said
+    assert "Their environments (run and rank) can be read only for its own user's jobs" in said, said
+
+
+def test_a_job_of_the_daemons_own_user_is_read_without_capabilities(unprivileged, tmp_path):
+    """same_uid means what it says: nobody's own job is read with no capability."""
+    if host_ptrace_scope() not in (None, 0):
+        pytest.skip("Yama ptrace_scope is not 0 here")
+    log = tmp_path / "own.log"
+    log.touch()
+    log.chmod(0o666)
+    out = open(log, "w")
+    own = subprocess.Popen([*setpriv([]), sys.executable, str(SPINNER)], stdout=out,
+                           stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_ready(log)
+        d = unprivileged(own.pid, [])
+        d.wait_for(lambda m: m.has("stallwatch_job_info", pid=str(own.pid)), what="nobody's own job")
+        report = stacks_of(d, own.pid)
+        assert report["outcome"] == "sampled", report
+        assert any(t["name"] == "spinner" for t in report["threads"]), report
+    finally:
+        kill_group(own)
+        out.close()
+
+
+def test_in_a_user_namespace_of_its_own_nothing_of_the_hosts_can_be_read(unprivileged, root_job):
+    """Root of a user namespace holds every capability there and none over the
+    host's processes, its own uid's included (the kernel's capability check
+    wants the same namespace)."""
+    d = unprivileged(root_job.pid, None, prefix=in_user_namespace())
+    assert Path(f"/proc/{d.process.pid}/uid_map").read_text().split() == ["0", "0", "1"]
+    p = privileges(d)
+    assert p["initial_user_namespace"] is False, p
+    assert p["stacks"]["read"] == "no" and p["environments"]["read"] == "no", p
+    assert "user namespace of its own" in p["stacks"]["why"], p
+    report = stacks_of(d, root_job.pid)
+    assert report["outcome"] == "no_permission", report
+    assert "user namespace of its own" in report["detail"] and "lacks" not in report["detail"], report
+
+
+def test_check_says_what_it_may_read(install_dir, root_job, tmp_path):
+    """`stallwatch check` as nobody without capabilities: the limit and its
+    reason come first in its report."""
+    if host_ptrace_scope() not in (None, 0):
+        pytest.skip("Yama ptrace_scope is not 0 here")
+    d = Path(tempfile.mkdtemp(dir=install_dir))
+    d.chmod(0o755)
+    holding = {"pid": root_job.pid, "used_memory_bytes": 8 * 2**30, "sm_util": 5}
+    daemon = Daemon(d, {"gpus": [gpu(0, processes=[holding])]}, library=install_dir / "libnvidia_ml.so",
+                    binary=install_dir / "stallwatch")
+    daemon.config_path.chmod(0o644)
+    daemon.scenario_path.chmod(0o644)
+    r = subprocess.run(
+        [*setpriv([]), str(install_dir / "stallwatch"), "check", "--duration", "5s",
+         "--config", str(daemon.config_path)],
+        env=dict(os.environ, STALLWATCH_FAKE_NVML=str(daemon.scenario_path)),
+        capture_output=True, text=True, timeout=60,
+    )
+    assert r.returncode in (0, 1), r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "What stallwatch may read of other users' jobs:", r.stdout
+    assert lines[1].startswith("  Python stacks: only its own user's (stallwatch lacks CAP_SYS_PTRACE"), r.stdout
+    assert lines[2].startswith("  environments (run and rank): only its own user's ("), r.stdout

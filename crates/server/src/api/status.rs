@@ -3,6 +3,7 @@
 use axum::extract::{Query, State};
 use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Json, Response};
+use collector::privileges::Privileges;
 use diagnosis::{Event, GpuStatus};
 use serde::{Deserialize, Serialize};
 
@@ -19,6 +20,9 @@ pub struct StatusResponse {
     /// `up`, `unavailable` or `stale`.
     pub nvml: String,
     pub gpus: Vec<GpuStatus>,
+    /// What the daemon may read (absent from a daemon older than the report).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub privileges: Option<Privileges>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -53,6 +57,7 @@ pub async fn status(State(state): State<AppState>) -> Response {
         time: latest.snapshot.timestamp_seconds,
         nvml: nvml_state(latest.snapshot.nvml_up, latest.snapshot.gpu_stale).to_owned(),
         gpus: latest.diagnosis.as_ref().clone(),
+        privileges: Some(latest.privileges.as_ref().clone()),
     })
     .into_response()
 }

@@ -105,6 +105,7 @@ pub fn main(args: CheckArgs) -> ExitCode {
         diagnosis = diagnosis.without_short_reads();
     }
     let mut engine = Engine::new(diagnosis);
+    let privileges = collector::privileges::read(&config.procfs.root);
     if !args.json {
         eprintln!(
             "stallwatch: watching for {} ...",
@@ -143,6 +144,7 @@ pub fn main(args: CheckArgs) -> ExitCode {
         time,
         nvml: nvml_state(up, stale).to_owned(),
         gpus: engine.status(),
+        privileges: Some(privileges),
     };
     if args.json {
         let body = serde_json::json!({ "status": status, "events": events });

@@ -3,6 +3,7 @@
 
 use std::fmt::Write;
 
+use collector::privileges::{Privileges, Reach};
 use diagnosis::evidence::Evidence;
 use diagnosis::hint::fault_summary;
 use diagnosis::stacks::{Focus, Outcome, StackReport, describe_spot, thread_line};
@@ -219,10 +220,49 @@ pub fn stack_lines(r: &StackReport, all_threads: bool) -> Vec<String> {
     out
 }
 
+fn reach(r: Reach) -> &'static str {
+    match r {
+        Reach::Yes => "yes",
+        Reach::SameProfile => "only those under its own AppArmor profile",
+        Reach::SameUid => "only its own user's",
+        Reach::No => "no",
+    }
+}
+
+/// What the daemon may read: one line when it reads every user's jobs,
+/// each limit and its reason otherwise.
+pub fn privilege_lines(p: &Privileges) -> Vec<String> {
+    let (stacks, environments) = (p.stacks.read, p.environments.read);
+    if stacks == Reach::Yes && environments == Reach::Yes {
+        return vec![
+            "stallwatch may read every user's jobs: their Python stacks and environments."
+                .to_owned(),
+        ];
+    }
+    vec![
+        "What stallwatch may read of other users' jobs:".to_owned(),
+        format!("  Python stacks: {} ({})", reach(stacks), p.stacks.why),
+        format!(
+            "  environments (run and rank): {} ({})",
+            reach(environments),
+            p.environments.why
+        ),
+    ]
+}
+
 /// The whole report. `events` are episodes seen during a check (for kinds
-/// that came and went before its end).
+/// that came and went before its end). What the daemon may read comes
+/// first where it is limited (it explains what is missing below), last
+/// otherwise.
 pub fn render(status: &StatusResponse, events: &[Event]) -> String {
     let mut out = String::new();
+    let privileges = status.privileges.as_ref().map(privilege_lines);
+    let limited = privileges.as_ref().is_some_and(|l| l.len() > 1);
+    if limited {
+        for line in privileges.iter().flatten() {
+            let _ = writeln!(out, "{line}");
+        }
+    }
     if status.nvml != "up" {
         let _ = writeln!(out, "NVML is {}: no GPU data.", status.nvml);
     }
@@ -282,6 +322,11 @@ pub fn render(status: &StatusResponse, events: &[Event]) -> String {
                 e.kind,
                 duration(e.time - e.since)
             );
+        }
+    }
+    if !limited {
+        for line in privileges.iter().flatten() {
+            let _ = writeln!(out, "{line}");
         }
     }
     out
@@ -356,5 +401,55 @@ mod tests {
             describe(&e)[1],
             "the hypervisor took 45% of the host's CPU time (steal): thread CPU reads low by it"
         );
+    }
+}
+
+#[cfg(test)]
+mod privilege_tests {
+    use collector::privileges::{Facts, Privileges};
+
+    use super::render;
+    use crate::api::status::StatusResponse;
+
+    fn status(caps: u64) -> StatusResponse {
+        let facts = Facts {
+            uid: Some(65534),
+            cap_effective: Some(caps),
+            initial_user_namespace: Some(true),
+            ..Facts::default()
+        };
+        StatusResponse {
+            time: 0.0,
+            nvml: "up".into(),
+            gpus: Vec::new(),
+            privileges: Some(Privileges::from_facts(&facts)),
+        }
+    }
+
+    #[test]
+    fn a_limit_on_what_may_be_read_comes_first_with_its_reason() {
+        let text = render(&status(0), &[]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "What stallwatch may read of other users' jobs:");
+        assert!(
+            lines[1].starts_with(
+                "  Python stacks: only its own user's (stallwatch lacks CAP_SYS_PTRACE"
+            ),
+            "{text}"
+        );
+        assert!(lines[2].starts_with("  environments (run and rank): only its own user's"));
+        assert_eq!(lines[3], "No GPUs found.");
+    }
+
+    #[test]
+    fn no_limit_is_one_line_at_the_end() {
+        let text = render(&status((1 << 2) | (1 << 19) | (1 << 34)), &[]);
+        assert_eq!(
+            text,
+            "No GPUs found.\nstallwatch may read every user's jobs: their Python stacks and environments.\n"
+        );
+        let mut old = status(0);
+        old.privileges = None; // a daemon from before the report
+        assert_eq!(render(&old, &[]), "No GPUs found.\n");
     }
 }

@@ -20,6 +20,7 @@ use crate::http::web_config_reload::WebConfigSource;
 use crate::logging;
 use crate::notify;
 use crate::sampling::bodies::MetricsBodies;
+use crate::sampling::privileges::PrivilegesCheck;
 use crate::sampling::sampler::Sampler;
 use crate::sampling::stacks::{Stacks, Trigger};
 
@@ -124,6 +125,7 @@ fn serve(config: Config, web: WebConfig, record_frames: Option<PathBuf>) -> anyh
             (None, None)
         };
         let metrics = Arc::new(MetricsBodies::default());
+        let privileges = PrivilegesCheck::start(config.procfs.root.clone());
         let sampler = Sampler {
             collector,
             engine: engine.clone(),
@@ -132,6 +134,7 @@ fn serve(config: Config, web: WebConfig, record_frames: Option<PathBuf>) -> anyh
             stacks: trigger,
             metrics: metrics.clone(),
             max_processes: config.gpu.max_processes,
+            privileges,
         }
         .spawn(publish, stop_rx)
         .context("cannot start the sampling thread")?;

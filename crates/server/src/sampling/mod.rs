@@ -7,5 +7,6 @@ pub mod bodies;
 pub mod frame;
 pub mod gzip;
 pub mod history;
+pub mod privileges;
 pub mod sampler;
 pub mod stacks;

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use collector::collector::Collector;
 use collector::delta::derive;
+use collector::privileges::Privileges;
 use collector::sample::Sample;
 use collector::snapshot::Snapshot;
 use diagnosis::{Engine, Event, GpuStatus, Phase};
@@ -23,6 +24,7 @@ use crate::notify;
 use crate::sampling::bodies::MetricsBodies;
 use crate::sampling::frame;
 use crate::sampling::history::{History, SharedHistory};
+use crate::sampling::privileges::PrivilegesCheck;
 use crate::sampling::stacks::{self, Trigger};
 
 /// The latest snapshot, the diagnosis made from it, and when it finished;
@@ -33,6 +35,8 @@ pub struct Latest {
     pub diagnosis: Arc<Vec<GpuStatus>>,
     pub finished: Instant,
     pub history: SharedHistory,
+    /// What the daemon may read (read again once a minute).
+    pub privileges: Arc<Privileges>,
 }
 
 pub type LatestRx = watch::Receiver<Option<Latest>>;
@@ -52,6 +56,8 @@ pub struct Sampler {
     pub metrics: Arc<MetricsBodies>,
     /// `gpu.max_processes`, for those bodies.
     pub max_processes: usize,
+    /// What the daemon may read.
+    pub privileges: PrivilegesCheck,
 }
 
 impl Sampler {
@@ -139,6 +145,7 @@ impl Sampler {
             diagnosis: Arc::new(status),
             finished: Instant::now(),
             history: history.clone(),
+            privileges: self.privileges.latest(),
         };
         (sample, latest)
     }
