@@ -150,6 +150,19 @@ def test_daemonset_capabilities_are_the_units():
     assert sorted(cap.lower() for cap in caps["add"]) == [c for c in unit_capabilities() if c != "syslog"]
 
 
+def test_daemonset_may_read_the_hosts_jobs_stacks():
+    """The host's PID namespace, CAP_SYS_PTRACE and no AppArmor profile: a
+    runtime's default profile would let it read only its own profile's
+    processes (docs/deploy.md#reading-the-jobs-stacks)."""
+    template = load("daemonset.yaml")["spec"]["template"]
+    pod = template["spec"]
+    (container,) = pod["containers"]
+    assert pod["hostPID"] is True
+    assert "SYS_PTRACE" in container["securityContext"]["capabilities"]["add"]
+    annotation = f"container.apparmor.security.beta.kubernetes.io/{container['name']}"
+    assert template["metadata"]["annotations"][annotation] == "unconfined"
+
+
 def test_probes_service_and_monitor_point_at_the_configured_listener():
     config = load("configmap.yaml")["data"]["config.toml"]
     port = int(config.split('listen = "', 1)[1].split('"', 1)[0].rsplit(":", 1)[1])
