@@ -14,6 +14,7 @@ pub mod hint;
 pub mod hysteresis;
 pub mod kind;
 mod kinds;
+pub mod ledger;
 pub mod phase;
 mod processes;
 mod reads;

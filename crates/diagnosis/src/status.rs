@@ -99,6 +99,14 @@ pub struct GpuStatus {
     /// GPU-seconds the GPU waited on each phase since the daemon started.
     #[serde(default)]
     pub phase_seconds_total: BTreeMap<crate::phase::JobPhase, f64>,
+    /// Seconds of the GPU's watched time booked to each state
+    /// (docs/goodput.md): they add up to the time the daemon watched it.
+    #[serde(default)]
+    pub time: crate::ledger::Ledger,
+    /// Seconds of a run of samples whose cause is still being judged, not
+    /// yet in `time` (at most `ledger::HELD_SECONDS`).
+    #[serde(default)]
+    pub time_held_seconds: f64,
     /// Counters for every kind.
     pub kinds: BTreeMap<Kind, KindCounters>,
 }

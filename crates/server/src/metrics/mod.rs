@@ -98,6 +98,7 @@ impl Collector for Part {
             Section::Stalls => verdicts::stalls(e, diagnosis),
             Section::Tail => {
                 verdicts::job_idle(e, diagnosis)?;
+                verdicts::time(e, diagnosis)?;
                 verdicts::phases(e, diagnosis)?;
                 job::encode(e, s, max_processes)?;
                 host::encode(e, &s.host)
@@ -234,6 +235,8 @@ mod tests {
             job_idle_seconds_total: 0.0,
             phase: None,
             phase_seconds_total: Default::default(),
+            time: Default::default(),
+            time_held_seconds: 0.0,
             kinds: Kind::ALL
                 .into_iter()
                 .map(|k| (k, KindCounters::default()))

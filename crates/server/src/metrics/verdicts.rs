@@ -94,6 +94,22 @@ pub fn job_idle(e: &mut DescriptorEncoder, gpus: &[GpuStatus]) -> Result<(), std
     )
 }
 
+/// Where each GPU's time went: one state per sampled interval.
+pub fn time(e: &mut DescriptorEncoder, gpus: &[GpuStatus]) -> Result<(), std::fmt::Error> {
+    counter(
+        e,
+        "stallwatch_gpu_time",
+        "The GPU's watched time booked by cause, each sampled interval to exactly one state (no_job, unknown, startup, compiling, checkpointing, input, hung, fault, idle, productive; docs/goodput.md); the states of a GPU add up to the time the daemon watched it, less a run of samples still being judged (at most 5 minutes).",
+        Some(&Unit::Seconds),
+        gpus.iter().flat_map(|g| {
+            let l = labels(g);
+            g.time
+                .iter()
+                .map(move |(state, seconds)| (l.with("state", state.as_str()), seconds))
+        }),
+    )
+}
+
 /// Each GPU's time waiting on its job's own phases.
 pub fn phases(e: &mut DescriptorEncoder, gpus: &[GpuStatus]) -> Result<(), std::fmt::Error> {
     counter(

@@ -314,6 +314,8 @@ mod tests {
             job_idle_seconds_total: seconds_total,
             phase: None,
             phase_seconds_total: Default::default(),
+            time: Default::default(),
+            time_held_seconds: 0.0,
             kinds: Kind::ALL
                 .into_iter()
                 .map(|k| {

@@ -1,0 +1,131 @@
+//! One GPU's state in the engine: its history, episodes, evidence,
+//! counters and the job-following state of the short reads.
+
+use std::collections::VecDeque;
+
+use super::{KINDS, MAX_STEP_SECONDS};
+use crate::Verdict;
+use crate::confirm::Confirmation;
+use crate::evidence::{Evidence, FaultEvidence};
+use crate::frame::GpuFrame;
+use crate::hysteresis::Episode;
+use crate::ledger::{Booker, Outcome, Startup};
+use crate::phase::Phases;
+use crate::stacks::StackReport;
+use crate::status::{JobRef, JobStatus};
+use crate::tracking::ProcessActivity;
+use crate::window::History;
+
+#[derive(Debug)]
+pub(super) struct GpuState {
+    pub(super) index: u32,
+    pub(super) uuid: String,
+    pub(super) history: History,
+    pub(super) episodes: [Episode; KINDS],
+    pub(super) evidence: [Evidence; KINDS],
+    pub(super) seconds_total: [f64; KINDS],
+    pub(super) events_total: [u64; KINDS],
+    pub(super) verdict: Verdict,
+    pub(super) verdict_since: f64,
+    pub(super) job_idle_seconds_total: f64,
+    /// Recent busy power samples taken while the job made progress.
+    pub(super) busy_power: VecDeque<f64>,
+    pub(super) activity: ProcessActivity,
+    pub(super) leftover_pids: Vec<u32>,
+    pub(super) last_t: Option<f64>,
+    pub(super) jobs: Vec<JobStatus>,
+    /// Python stacks sampled for the current episodes of the kinds that want
+    /// them; cleared when none of those is active.
+    pub(super) stacks: Option<StackReport>,
+    /// The job last seen on the GPU and when: a fault may take the job (or
+    /// the GPU) away before it is diagnosed.
+    pub(super) last_job: Option<(JobRef, f64)>,
+    /// The fault behind an active gpu_fault episode, for the hang kinds.
+    pub(super) fault: Option<FaultEvidence>,
+    /// The confirming reads of the GPU's job, and whether one is due.
+    pub(super) confirm: Confirmation,
+    pub(super) confirm_due: bool,
+    /// The job's own phases, and whether a short read to find one is due.
+    pub(super) phases: Phases,
+    pub(super) phase_due: bool,
+    /// The phase at the latest frame, for the status.
+    pub(super) phase: Option<crate::phase::PhaseStatus>,
+    /// Since when a stall kind's condition has held (a phase may explain it).
+    pub(super) stall_since: Option<f64>,
+    /// When a phase of normal length last held the stall kinds back: their
+    /// windows hold its idle time for a while after it ends.
+    pub(super) phase_held_at: Option<f64>,
+    /// Where the GPU's time went, and whether its jobs are still starting.
+    pub(super) ledger: Booker,
+    pub(super) startup: Startup,
+}
+
+impl GpuState {
+    pub(super) fn new(gpu: &GpuFrame, t: f64) -> Self {
+        GpuState {
+            index: gpu.index,
+            uuid: gpu.uuid.clone(),
+            history: History::default(),
+            episodes: Default::default(),
+            evidence: Default::default(),
+            seconds_total: [0.0; KINDS],
+            events_total: [0; KINDS],
+            verdict: Verdict::Unknown,
+            verdict_since: t,
+            job_idle_seconds_total: 0.0,
+            busy_power: VecDeque::new(),
+            activity: ProcessActivity::default(),
+            leftover_pids: Vec::new(),
+            last_t: None,
+            jobs: Vec::new(),
+            stacks: None,
+            last_job: None,
+            fault: None,
+            confirm: Confirmation::default(),
+            confirm_due: false,
+            phases: Phases::default(),
+            phase_due: false,
+            phase: None,
+            stall_since: None,
+            phase_held_at: None,
+            ledger: Booker::default(),
+            startup: Startup::default(),
+        }
+    }
+
+    /// Seconds since the last sample, and the part of them that counts as
+    /// sampled time (none across a gap longer than [`MAX_STEP_SECONDS`]:
+    /// the daemon was paused or GPU data was missing).
+    pub(super) fn step(&mut self, t: f64) -> (f64, f64) {
+        let elapsed = self
+            .last_t
+            .map(|last| t - last)
+            .filter(|d| *d > 0.0)
+            .unwrap_or(0.0);
+        self.last_t = Some(t);
+        (
+            elapsed,
+            if elapsed <= MAX_STEP_SECONDS {
+                elapsed
+            } else {
+                0.0
+            },
+        )
+    }
+
+    /// Books the time since the last sample: by the sample's `outcome`,
+    /// or, across a gap or with no sample, to `unknown`.
+    pub(super) fn book(&mut self, elapsed: f64, dt: f64, outcome: Option<&Outcome>) {
+        match outcome {
+            Some(outcome) if dt > 0.0 => self.ledger.book(outcome, dt),
+            _ => self.ledger.book_unknown(elapsed),
+        }
+    }
+
+    pub(super) fn set_verdict(&mut self, verdict: Verdict, t: f64) {
+        if verdict != self.verdict {
+            self.verdict = verdict;
+            self.verdict_since = t;
+        }
+    }
+}

@@ -1,0 +1,505 @@
+//! Where a GPU's time went: every sampled interval booked to exactly one
+//! state, by a fixed precedence, from the GPU's outcome of that sample
+//! (docs/goodput.md). The states of one GPU add up to the time the daemon
+//! watched it.
+
+use serde::{Deserialize, Serialize};
+
+use crate::Kind;
+use crate::phase::JobPhase;
+
+/// What a GPU's time went to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimeState {
+    /// Nothing holds the GPU.
+    NoJob,
+    /// No GPU data: NVML down, the GPU not answering, or the daemon not
+    /// sampling (a gap between samples).
+    Unknown,
+    /// A job holds it before its first sustained work: imports, CUDA and
+    /// NCCL set-up, the DataLoader's start.
+    Startup,
+    /// The job compiles (`torch.compile`, XLA, AutoGraph).
+    Compiling,
+    /// The job saves a checkpoint.
+    Checkpointing,
+    /// The input side holds the GPU back (the input kinds).
+    Input,
+    /// The job makes no progress (the no-progress kinds, `spinning`).
+    Hung,
+    /// A GPU fault (`gpu_fault`), or the GPU lost under a job.
+    Fault,
+    /// A job holds it and it idles, with no diagnosis of why.
+    Idle,
+    /// The rest: a job holds it and it works.
+    Productive,
+}
+
+impl TimeState {
+    pub const ALL: [TimeState; 10] = [
+        TimeState::NoJob,
+        TimeState::Unknown,
+        TimeState::Startup,
+        TimeState::Compiling,
+        TimeState::Checkpointing,
+        TimeState::Input,
+        TimeState::Hung,
+        TimeState::Fault,
+        TimeState::Idle,
+        TimeState::Productive,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TimeState::NoJob => "no_job",
+            TimeState::Unknown => "unknown",
+            TimeState::Startup => "startup",
+            TimeState::Compiling => "compiling",
+            TimeState::Checkpointing => "checkpointing",
+            TimeState::Input => "input",
+            TimeState::Hung => "hung",
+            TimeState::Fault => "fault",
+            TimeState::Idle => "idle",
+            TimeState::Productive => "productive",
+        }
+    }
+
+    /// The state an active episode of `kind` books its GPU's time to, if
+    /// any; the other kinds leave the time to the GPU's activity (a job
+    /// that trains while throttled, launch-bound or short of memory trains).
+    pub fn of_kind(kind: Kind) -> Option<TimeState> {
+        match kind {
+            Kind::InputStarved
+            | Kind::InputBound
+            | Kind::SingleThreadBound
+            | Kind::CpuSaturated
+            | Kind::IoBound => Some(TimeState::Input),
+            Kind::BusyNoProgress | Kind::IdleNoProgress | Kind::Spinning => Some(TimeState::Hung),
+            Kind::GpuFault => Some(TimeState::Fault),
+            Kind::HostMemoryPressure
+            | Kind::GpuMemoryFull
+            | Kind::SharedGpu
+            | Kind::LeftoverProcess
+            | Kind::Throttled
+            | Kind::LaunchBound => None,
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// One GPU's sample, as the ledger needs it.
+#[derive(Debug, Clone, Default)]
+pub struct Outcome {
+    /// The GPU answered with data this sample.
+    pub fresh: bool,
+    /// A job (not a leftover, not a zombie) holds the GPU.
+    pub has_job: bool,
+    /// The states of the kinds active after the sample.
+    pub kinds: Vec<TimeState>,
+    /// The job's own phase now, if one was found.
+    pub phase: Option<JobPhase>,
+    /// The GPU's jobs have not done sustained work yet.
+    pub starting: bool,
+    /// The GPU was idle this sample (utilization under `idle_below`).
+    pub idle: bool,
+}
+
+impl Outcome {
+    /// The one state the sample's interval is booked to: the first that
+    /// applies of fault, unknown, no_job, hung, compiling, checkpointing,
+    /// startup, input, idle, productive.
+    pub fn state(&self) -> TimeState {
+        let kind = |s| self.kinds.contains(&s);
+        if kind(TimeState::Fault) {
+            TimeState::Fault
+        } else if !self.fresh {
+            TimeState::Unknown
+        } else if !self.has_job {
+            TimeState::NoJob
+        } else if kind(TimeState::Hung) {
+            TimeState::Hung
+        } else if self.phase == Some(JobPhase::Compiling) {
+            TimeState::Compiling
+        } else if self.phase == Some(JobPhase::Checkpointing) {
+            TimeState::Checkpointing
+        } else if self.starting || self.phase == Some(JobPhase::DataLoaderStartup) {
+            TimeState::Startup
+        } else if kind(TimeState::Input) {
+            TimeState::Input
+        } else if self.idle {
+            TimeState::Idle
+        } else {
+            TimeState::Productive
+        }
+    }
+}
+
+/// Seconds booked to each state.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Ledger {
+    seconds: [f64; TimeState::ALL.len()],
+}
+
+impl Ledger {
+    pub fn book(&mut self, state: TimeState, seconds: f64) {
+        if seconds > 0.0 && seconds.is_finite() {
+            self.seconds[state.index()] += seconds;
+        }
+    }
+
+    pub fn seconds(&self, state: TimeState) -> f64 {
+        self.seconds[state.index()]
+    }
+
+    pub fn total(&self) -> f64 {
+        self.seconds.iter().sum()
+    }
+
+    /// Every state with its seconds, in `TimeState::ALL` order.
+    pub fn iter(&self) -> impl Iterator<Item = (TimeState, f64)> + '_ {
+        TimeState::ALL.into_iter().map(|s| (s, self.seconds(s)))
+    }
+}
+
+impl Serialize for Ledger {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(TimeState::ALL.len()))?;
+        for (state, seconds) in self.iter() {
+            map.serialize_entry(state.as_str(), &crate::round::round(seconds))?;
+        }
+        map.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for Ledger {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let by_state = std::collections::BTreeMap::<TimeState, f64>::deserialize(d)?;
+        let mut ledger = Ledger::default();
+        for (state, seconds) in by_state {
+            ledger.book(state, seconds);
+        }
+        Ok(ledger)
+    }
+}
+
+/// The longest run of samples held back before it is booked (see
+/// [`Booker`]): as long as the slowest kind that books time (a hang) takes
+/// to be found.
+pub const HELD_SECONDS: f64 = 300.0;
+
+/// A run of samples whose state waits on what comes next.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Held {
+    /// The GPU idles and no kind says why yet: `idle`, unless a kind that
+    /// books time starts before the run ends (its onset was the run's).
+    Idle(f64),
+    /// The GPU works while an input kind is still active: `input`, unless
+    /// the kind ends before the GPU idles again (it ended with the run).
+    BusyUnderInput(f64),
+}
+
+/// Books each sample's interval to one state, holding back a run of samples
+/// whose cause is being judged, at most [`HELD_SECONDS`] of it: the idle
+/// seconds before a stall kind starts are booked to the kind once it does
+/// (a kind becomes active only after its window and enter time), and the
+/// busy seconds after an input kind's cause cleared are booked productive
+/// once it ends (its exit time). What is held is not yet in the ledger:
+/// booked and held seconds add up to the watched time.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Booker {
+    pub ledger: Ledger,
+    held: Option<Held>,
+}
+
+impl Booker {
+    /// Seconds held back, not yet booked.
+    pub fn held_seconds(&self) -> f64 {
+        match self.held {
+            Some(Held::Idle(s) | Held::BusyUnderInput(s)) => s,
+            None => 0.0,
+        }
+    }
+
+    /// Books `seconds` of a sample whose outcome is `outcome`.
+    pub fn book(&mut self, outcome: &Outcome, seconds: f64) {
+        let state = outcome.state();
+        let now = match state {
+            TimeState::Idle => Some(Held::Idle(seconds)),
+            TimeState::Input if !outcome.idle => Some(Held::BusyUnderInput(seconds)),
+            _ => None,
+        };
+        match (self.held, now) {
+            (Some(Held::Idle(run)), Some(Held::Idle(s))) => self.hold(Held::Idle(run + s)),
+            (Some(Held::BusyUnderInput(run)), Some(Held::BusyUnderInput(s))) => {
+                self.hold(Held::BusyUnderInput(run + s))
+            }
+            (held, now) => {
+                // The run ends here; what ends it says what it was.
+                match held {
+                    Some(Held::Idle(run)) => {
+                        let to = match state {
+                            TimeState::Input | TimeState::Hung => state,
+                            _ => TimeState::Idle,
+                        };
+                        self.ledger.book(to, run);
+                    }
+                    Some(Held::BusyUnderInput(run)) => {
+                        let to = if state == TimeState::Input {
+                            TimeState::Input
+                        } else {
+                            TimeState::Productive
+                        };
+                        self.ledger.book(to, run);
+                    }
+                    None => {}
+                }
+                self.held = None;
+                match now {
+                    Some(h) => self.hold(h),
+                    None => self.ledger.book(state, seconds),
+                }
+            }
+        }
+    }
+
+    /// Books `seconds` with no sample behind them (a gap, a GPU gone): to
+    /// `unknown`, after what was held, booked as it stands.
+    pub fn book_unknown(&mut self, seconds: f64) {
+        match self.held.take() {
+            Some(Held::Idle(run)) => self.ledger.book(TimeState::Idle, run),
+            Some(Held::BusyUnderInput(run)) => self.ledger.book(TimeState::Input, run),
+            None => {}
+        }
+        self.ledger.book(TimeState::Unknown, seconds);
+    }
+
+    /// Holds `run`, booking what is over [`HELD_SECONDS`] as it stands.
+    fn hold(&mut self, run: Held) {
+        let (seconds, as_is, again): (f64, TimeState, fn(f64) -> Held) = match run {
+            Held::Idle(s) => (s, TimeState::Idle, Held::Idle),
+            Held::BusyUnderInput(s) => (s, TimeState::Input, Held::BusyUnderInput),
+        };
+        if seconds > HELD_SECONDS {
+            self.ledger.book(as_is, seconds - HELD_SECONDS);
+            self.held = Some(again(HELD_SECONDS));
+        } else {
+            self.held = Some(run);
+        }
+    }
+}
+
+/// Sustained work that ends a job's start-up: this many seconds of the GPU
+/// busy in a row.
+pub const STARTUP_WORK_SECONDS: f64 = 10.0;
+
+/// Whether the jobs on a GPU are still starting: since they came, the GPU
+/// has not yet been busy for [`STARTUP_WORK_SECONDS`] in a row.
+#[derive(Debug, Clone, Default)]
+pub struct Startup {
+    /// The jobs followed (pid, start time), sorted.
+    jobs: Vec<(u32, u64)>,
+    busy_since: Option<f64>,
+    worked: bool,
+}
+
+impl Startup {
+    /// Feeds a sample: the GPU's jobs, whether they are all young (still
+    /// in the warm-up) and whether the GPU was busy; returns whether they
+    /// are still starting. A new set of young jobs starts again; jobs first
+    /// seen past their warm-up (the daemon started after them) do not.
+    pub fn observe(&mut self, mut jobs: Vec<(u32, u64)>, young: bool, busy: bool, t: f64) -> bool {
+        jobs.sort_unstable();
+        if jobs.is_empty() {
+            *self = Startup::default();
+            return false;
+        }
+        // A job that joins running ones (a new worker) starts nothing.
+        let new_set = self.jobs.is_empty() || !jobs.iter().any(|j| self.jobs.contains(j));
+        if new_set {
+            self.worked = !young;
+            self.busy_since = None;
+        }
+        self.jobs = jobs;
+        if !self.worked {
+            if busy {
+                let since = *self.busy_since.get_or_insert(t);
+                self.worked = t - since >= STARTUP_WORK_SECONDS;
+            } else {
+                self.busy_since = None;
+            }
+        }
+        !self.worked
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome() -> Outcome {
+        Outcome {
+            fresh: true,
+            has_job: true,
+            ..Outcome::default()
+        }
+    }
+
+    #[test]
+    fn one_state_by_precedence() {
+        assert_eq!(outcome().state(), TimeState::Productive);
+        let idle = Outcome {
+            idle: true,
+            ..outcome()
+        };
+        assert_eq!(idle.state(), TimeState::Idle);
+        let input = Outcome {
+            kinds: vec![TimeState::Input],
+            ..idle.clone()
+        };
+        assert_eq!(input.state(), TimeState::Input);
+        let compiling = Outcome {
+            phase: Some(JobPhase::Compiling),
+            ..input.clone()
+        };
+        assert_eq!(
+            compiling.state(),
+            TimeState::Compiling,
+            "a phase explains the wait"
+        );
+        let hung = Outcome {
+            kinds: vec![TimeState::Input, TimeState::Hung],
+            ..compiling.clone()
+        };
+        assert_eq!(hung.state(), TimeState::Hung);
+        let lost = Outcome {
+            fresh: false,
+            ..hung.clone()
+        };
+        assert_eq!(lost.state(), TimeState::Unknown);
+        let fault = Outcome {
+            kinds: vec![TimeState::Fault],
+            ..lost
+        };
+        assert_eq!(fault.state(), TimeState::Fault);
+        let free = Outcome {
+            has_job: false,
+            idle: true,
+            ..outcome()
+        };
+        assert_eq!(free.state(), TimeState::NoJob);
+        let starting = Outcome {
+            starting: true,
+            kinds: vec![TimeState::Input],
+            ..outcome()
+        };
+        assert_eq!(starting.state(), TimeState::Startup);
+    }
+
+    #[test]
+    fn every_kind_is_booked_somewhere_on_purpose() {
+        let booked: Vec<Kind> = Kind::ALL
+            .into_iter()
+            .filter(|k| TimeState::of_kind(*k).is_some())
+            .collect();
+        assert_eq!(booked.len(), 9, "{booked:?}");
+    }
+
+    #[test]
+    fn a_ledger_adds_up_and_shows_every_state() {
+        let mut l = Ledger::default();
+        l.book(TimeState::Productive, 1.5);
+        l.book(TimeState::Input, 2.0);
+        l.book(TimeState::Input, -1.0);
+        l.book(TimeState::Idle, f64::NAN);
+        assert_eq!(l.total(), 3.5);
+        let json = serde_json::to_value(l).unwrap();
+        assert_eq!(json.as_object().unwrap().len(), 10);
+        assert_eq!(json["input"], 2.0);
+        let back: Ledger = serde_json::from_value(json).unwrap();
+        assert_eq!(back, l);
+    }
+
+    fn sample(state: TimeState, idle: bool) -> Outcome {
+        let kinds = match state {
+            TimeState::Input | TimeState::Hung => vec![state],
+            _ => vec![],
+        };
+        Outcome {
+            kinds,
+            idle,
+            ..outcome()
+        }
+    }
+
+    #[test]
+    fn the_idle_run_before_a_stall_is_booked_to_it_once_it_starts() {
+        let mut b = Booker::default();
+        b.book(&sample(TimeState::Productive, false), 10.0);
+        for _ in 0..80 {
+            b.book(&sample(TimeState::Idle, true), 1.0);
+        }
+        assert_eq!(b.held_seconds(), 80.0);
+        assert_eq!(b.ledger.total(), 10.0);
+        // input_starved starts: the 80 idle seconds were its.
+        b.book(&sample(TimeState::Input, true), 1.0);
+        assert_eq!(b.ledger.seconds(TimeState::Input), 81.0);
+        assert_eq!(b.ledger.seconds(TimeState::Idle), 0.0);
+        // Fed again while the kind waits out its exit time: held...
+        for _ in 0..30 {
+            b.book(&sample(TimeState::Input, false), 1.0);
+        }
+        assert_eq!(b.held_seconds(), 30.0);
+        // ...and productive once it ends.
+        b.book(&sample(TimeState::Productive, false), 1.0);
+        assert_eq!(b.ledger.seconds(TimeState::Productive), 41.0);
+        assert_eq!(b.ledger.seconds(TimeState::Input), 81.0);
+        assert_eq!(b.ledger.total() + b.held_seconds(), 122.0);
+    }
+
+    #[test]
+    fn an_idle_run_no_kind_explains_is_idle_and_held_no_longer_than_the_cap() {
+        let mut b = Booker::default();
+        for _ in 0..400 {
+            b.book(&sample(TimeState::Idle, true), 1.0);
+        }
+        assert_eq!(b.held_seconds(), HELD_SECONDS);
+        assert_eq!(b.ledger.seconds(TimeState::Idle), 400.0 - HELD_SECONDS);
+        b.book(&sample(TimeState::Productive, false), 1.0);
+        assert_eq!(b.ledger.seconds(TimeState::Idle), 400.0);
+        // A swinging input-bound GPU: its busy samples between idle ones
+        // are the kind's.
+        for i in 0..20 {
+            b.book(&sample(TimeState::Input, i % 2 == 0), 1.0);
+        }
+        b.book_unknown(5.0);
+        assert_eq!(b.ledger.seconds(TimeState::Input), 20.0);
+        assert_eq!(b.ledger.seconds(TimeState::Unknown), 5.0);
+        assert_eq!(b.held_seconds(), 0.0);
+    }
+
+    #[test]
+    fn start_up_ends_with_sustained_work_and_starts_again_with_a_new_job() {
+        let mut s = Startup::default();
+        assert!(s.observe(vec![(10, 1)], true, false, 0.0));
+        assert!(s.observe(vec![(10, 1)], true, true, 1.0));
+        // A dip resets the run of busy samples.
+        assert!(s.observe(vec![(10, 1)], true, false, 5.0));
+        assert!(s.observe(vec![(10, 1)], true, true, 6.0));
+        assert!(s.observe(vec![(10, 1)], true, true, 15.0));
+        assert!(!s.observe(vec![(10, 1)], true, true, 16.0));
+        // Once working, an idle sample is no start-up.
+        assert!(!s.observe(vec![(10, 1)], true, false, 17.0));
+        // A worker joins: still the same job.
+        assert!(!s.observe(vec![(10, 1), (11, 9)], true, false, 18.0));
+        // The job restarted (a new pid): start-up again.
+        assert!(s.observe(vec![(12, 30)], true, false, 19.0));
+        assert!(!s.observe(vec![], false, false, 20.0));
+        // A job the daemon found running long since is past its start-up.
+        assert!(!s.observe(vec![(13, 2)], false, false, 21.0));
+    }
+}

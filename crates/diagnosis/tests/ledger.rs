@@ -1,0 +1,93 @@
+//! The GPU-time ledger: a scripted GPU's day booked by cause, every second
+//! once, adding up to the time the engine watched it.
+
+mod script;
+
+use diagnosis::ledger::TimeState;
+use script::*;
+
+fn seconds(run: &Run, state: TimeState) -> f64 {
+    run.engine.status()[0].time.seconds(state)
+}
+
+fn assert_near(run: &Run, state: TimeState, want: f64, slack: f64) {
+    let got = seconds(run, state);
+    assert!(
+        (got - want).abs() <= slack,
+        "{state:?}: {got} s booked, {want} s expected, ledger {:?}",
+        run.engine.status()[0].time
+    );
+}
+
+/// A job that started at `start`.
+fn started_at(pid: u32, start: f64, cpu: f64) -> diagnosis::frame::JobFrame {
+    diagnosis::frame::JobFrame {
+        start_time: start,
+        ..job(pid, cpu, 0.3)
+    }
+}
+
+#[test]
+fn every_second_is_booked_once_to_its_cause() {
+    let mut run = Run::default();
+    // 0-60: nothing holds the GPU.
+    run.feed(0, 60, |t| frame(t, 0.0, vec![]));
+    // 60-120: a job starts (imports, set-up): GPU idle, then 60 s of work.
+    run.feed(60, 120, |t| frame(t, 0.0, vec![started_at(100, 60.0, 1.0)]));
+    run.feed(120, 180, |t| {
+        frame(t, 0.9, vec![started_at(100, 60.0, 1.2)])
+    });
+    // 180-480: the input pipeline starves the GPU.
+    run.feed(180, 480, |t| {
+        frame(t, 0.01, vec![started_at(100, 60.0, 0.6)])
+    });
+    // 480-600: fed again.
+    run.feed(480, 600, |t| {
+        frame(t, 0.9, vec![started_at(100, 60.0, 1.2)])
+    });
+    // 600-660: the daemon did not sample (paused); 660-700: NVML down.
+    run.feed(660, 700, |t| {
+        let mut f = frame(t, 0.9, vec![started_at(100, 60.0, 1.2)]);
+        f.gpus[0].fresh = false;
+        f
+    });
+    run.feed(700, 760, |t| {
+        frame(t, 0.9, vec![started_at(100, 60.0, 1.2)])
+    });
+
+    let status = &run.engine.status()[0];
+    let ledger = status.time;
+    // Watched from the first frame (t=0) to the last (t=759); nothing held
+    // back at the end (the GPU works).
+    assert_eq!(status.time_held_seconds, 0.0);
+    assert!((ledger.total() - 759.0).abs() < 1e-6, "{ledger:?}");
+    assert_near(&run, TimeState::NoJob, 60.0, 1.0);
+    // Start-up: the idle minute, then 10 s of work before it counts as sustained.
+    assert_near(&run, TimeState::Startup, 70.0, 2.0);
+    // The starved stretch, to the second: its idle run before
+    // input_starved started is the kind's, the busy seconds before it
+    // ended are not.
+    assert_near(&run, TimeState::Input, 300.0, 1.0);
+    assert_eq!(seconds(&run, TimeState::Idle), 0.0);
+    assert_near(&run, TimeState::Unknown, 61.0 + 40.0, 2.0);
+    assert_eq!(seconds(&run, TimeState::Hung), 0.0);
+    assert_eq!(seconds(&run, TimeState::Fault), 0.0);
+    // Every state is there, counted or not.
+    assert_eq!(ledger.iter().count(), TimeState::ALL.len());
+}
+
+#[test]
+fn a_gpu_gone_from_the_frames_is_unknown_time() {
+    let mut run = Run::default();
+    run.feed(0, 30, |t| frame(t, 0.9, vec![job(100, 1.2, 0.3)]));
+    // The GPU is missing from the frames (the collector lost it) for 20 s.
+    run.feed(30, 50, |t| diagnosis::Frame {
+        gpus: vec![],
+        ..frame(t, 0.9, vec![])
+    });
+    run.feed(50, 60, |t| frame(t, 0.9, vec![job(100, 1.2, 0.3)]));
+    let ledger = run.engine.status()[0].time;
+    assert!((ledger.total() - 59.0).abs() < 1e-6, "{ledger:?}");
+    assert_near(&run, TimeState::Productive, 39.0, 1.0);
+    assert_near(&run, TimeState::Unknown, 20.0, 1.0);
+}
