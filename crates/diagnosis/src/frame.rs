@@ -173,6 +173,7 @@ pub struct RunRank {
     pub launcher: String,
 }
 
+/// Where a job runs and whose it is; a field is absent when unknown.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Attribution {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -181,8 +182,25 @@ pub struct Attribution {
     pub systemd_unit: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_uid: Option<String>,
+    /// The pod's namespace, name and the container, from the kubelet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
+    /// Why a job in a pod has no namespace and pod name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_unknown: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slurm_job_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm_step: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm_account: Option<String>,
+    /// The job's user: a name or a uid, as `[identity] user_label` allows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -196,6 +196,7 @@ fn sample(tf: f64) -> Sample {
         },
         jobs: (0..GPUS).map(|j| job(j, tf)).collect(),
         kernel_log: Default::default(),
+        kubernetes: None,
         host: HostSample {
             cpu: Some(cpu(1000.0)),
             cores: (0..CORES).map(|c| cpu(500.0 + c as f64)).collect(),

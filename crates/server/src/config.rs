@@ -22,6 +22,8 @@ pub struct Config {
     pub diagnosis: DiagnosisConfig,
     pub stacks: StacksConfig,
     pub faults: FaultsConfig,
+    pub identity: IdentityConfig,
+    pub kubernetes: KubernetesConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -369,6 +371,12 @@ impl Config {
         self.faults
             .validate()
             .map_err(|(key, message)| invalid(key, message))?;
+        self.identity
+            .validate()
+            .map_err(|(key, message)| invalid(key, message))?;
+        self.kubernetes
+            .validate()
+            .map_err(|(key, message)| invalid(key, message))?;
         if self.procfs.root.as_os_str().is_empty() {
             return Err(invalid("procfs.root", "must not be empty"));
         }
@@ -383,7 +391,9 @@ impl Config {
 }
 
 mod faults;
+mod identity;
 pub use faults::FaultsConfig;
+pub use identity::{IdentityConfig, KubernetesConfig};
 
 #[cfg(test)]
 mod tests;

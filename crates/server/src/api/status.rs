@@ -4,6 +4,7 @@ use axum::extract::{Query, State};
 use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Json, Response};
 use collector::privileges::Privileges;
+use collector::sample::kubernetes::KubernetesState;
 use diagnosis::{Event, GpuStatus};
 use serde::{Deserialize, Serialize};
 
@@ -23,6 +24,10 @@ pub struct StatusResponse {
     /// What the daemon may read (absent from a daemon older than the report).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub privileges: Option<Privileges>,
+    /// Where pod names come from and how the kubelet last answered; absent
+    /// when no kubelet is asked (`kubernetes.pod_resources_socket` empty).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes: Option<KubernetesState>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -58,6 +63,7 @@ pub async fn status(State(state): State<AppState>) -> Response {
         nvml: nvml_state(latest.snapshot.nvml_up, latest.snapshot.gpu_stale).to_owned(),
         gpus: latest.diagnosis.as_ref().clone(),
         privileges: Some(latest.privileges.as_ref().clone()),
+        kubernetes: latest.snapshot.kubernetes.clone(),
     })
     .into_response()
 }

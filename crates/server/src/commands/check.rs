@@ -84,6 +84,8 @@ pub fn main(args: CheckArgs) -> ExitCode {
         config.procfs.root.clone(),
     )
     .and_then(|c| c.with_faults(config.faults.options(config.nvml_library())))
+    .map(|c| config.identity.apply(c))
+    .and_then(|c| config.kubernetes.apply(c))
     {
         Ok(c) => c,
         Err(e) => {
@@ -145,6 +147,7 @@ pub fn main(args: CheckArgs) -> ExitCode {
         nvml: nvml_state(up, stale).to_owned(),
         gpus: engine.status(),
         privileges: Some(privileges),
+        kubernetes: prev.as_ref().and_then(|(_, s)| s.kubernetes.clone()),
     };
     if args.json {
         let body = serde_json::json!({ "status": status, "events": events });

@@ -5,6 +5,7 @@ use std::fmt::Write;
 
 use collector::privileges::{Privileges, Reach};
 use diagnosis::evidence::Evidence;
+use diagnosis::frame::Attribution;
 use diagnosis::hint::fault_summary;
 use diagnosis::stacks::{Focus, Outcome, StackReport, describe_spot, thread_line};
 use diagnosis::{Event, GpuStatus, Phase, Verdict};
@@ -284,6 +285,9 @@ pub fn render(status: &StatusResponse, events: &[Event]) -> String {
                 let _ = write!(line, ", rank {}{world} of run {}", r.rank, r.run);
             }
             let _ = writeln!(out, "{line}");
+            if let Some(whose) = identity(&j.attribution) {
+                let _ = writeln!(out, "    {whose}");
+            }
         }
         if let Some(p) = &g.phase {
             let _ = writeln!(
@@ -333,6 +337,37 @@ pub fn render(status: &StatusResponse, events: &[Event]) -> String {
 }
 
 /// True when any GPU is stalled or has an active finding.
+/// Where a job runs and whose it is, in a line: its pod (or pod UID and why
+/// it has no name), its Slurm job, step and account, its user; `None` when
+/// nothing is known.
+fn identity(a: &Attribution) -> Option<String> {
+    let mut parts = Vec::new();
+    match (&a.namespace, &a.pod, &a.pod_uid) {
+        (Some(ns), Some(pod), _) => parts.push(match &a.container {
+            Some(c) => format!("pod {ns}/{pod}, container {c}"),
+            None => format!("pod {ns}/{pod}"),
+        }),
+        (_, _, Some(uid)) => parts.push(match &a.pod_unknown {
+            Some(why) => format!("pod UID {uid} ({why})"),
+            None => format!("pod UID {uid}"),
+        }),
+        _ => {}
+    }
+    if let Some(job) = &a.slurm_job_id {
+        parts.push(match &a.slurm_step {
+            Some(step) => format!("Slurm job {job} step {step}"),
+            None => format!("Slurm job {job}"),
+        });
+    }
+    if let Some(account) = &a.slurm_account {
+        parts.push(format!("account {account}"));
+    }
+    if let Some(user) = &a.user {
+        parts.push(format!("user {user}"));
+    }
+    (!parts.is_empty()).then(|| parts.join(", "))
+}
+
 pub fn found_something(status: &StatusResponse) -> bool {
     status
         .gpus
@@ -343,8 +378,47 @@ pub fn found_something(status: &StatusResponse) -> bool {
 #[cfg(test)]
 mod tests {
     use diagnosis::evidence::{Evidence, GilSpread, ThreadEvidence};
+    use diagnosis::frame::Attribution;
 
-    use super::describe;
+    use super::{describe, identity};
+
+    #[test]
+    fn a_jobs_pod_slurm_job_and_user_are_said_in_one_line() {
+        let pod = Attribution {
+            pod_uid: Some("1b2c".into()),
+            namespace: Some("ml".into()),
+            pod: Some("trainer-0".into()),
+            container: Some("main".into()),
+            user: Some("1000".into()),
+            ..Attribution::default()
+        };
+        assert_eq!(
+            identity(&pod).as_deref(),
+            Some("pod ml/trainer-0, container main, user 1000")
+        );
+        let unnamed = Attribution {
+            pod_uid: Some("1b2c".into()),
+            pod_unknown: Some("no socket".into()),
+            ..Attribution::default()
+        };
+        assert_eq!(
+            identity(&unnamed).as_deref(),
+            Some("pod UID 1b2c (no socket)")
+        );
+        let slurm = Attribution {
+            slurm_job_id: Some("81234".into()),
+            slurm_step: Some("batch".into()),
+            slurm_account: Some("vision".into()),
+            user: Some("alice".into()),
+            systemd_unit: Some("slurmstepd.scope".into()),
+            ..Attribution::default()
+        };
+        assert_eq!(
+            identity(&slurm).as_deref(),
+            Some("Slurm job 81234 step batch, account vision, user alice")
+        );
+        assert_eq!(identity(&Attribution::default()), None);
+    }
 
     #[test]
     fn gil_bound_work_spread_over_threads_is_said_in_plain_words() {
@@ -423,6 +497,7 @@ mod privilege_tests {
             nvml: "up".into(),
             gpus: Vec::new(),
             privileges: Some(Privileges::from_facts(&facts)),
+            kubernetes: None,
         }
     }
 

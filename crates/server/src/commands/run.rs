@@ -96,6 +96,8 @@ fn serve(config: Config, web: WebConfig, record_frames: Option<PathBuf>) -> anyh
             config.procfs.root.clone(),
         )
         .and_then(|c| c.with_faults(config.faults.options(config.nvml_library())))
+        .map(|c| config.identity.apply(c))
+        .and_then(|c| config.kubernetes.apply(c))
         .context("cannot start the collector")?;
         let record = match &record_frames {
             Some(path) => Some(

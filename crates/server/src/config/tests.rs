@@ -215,3 +215,33 @@ fn times_too_long_after_time_scale_are_errors() {
     let fitted = config.diagnosis.fitted_to(5.0);
     assert_eq!(fitted.hang_max, Duration::from_secs(3_600_000));
 }
+
+#[test]
+fn identity_and_kubernetes_settings_are_checked() {
+    let cases = [
+        (
+            "[kubernetes]\nrefresh = \"100ms\"\n",
+            "`kubernetes.refresh`",
+        ),
+        ("[kubernetes]\ntimeout = \"15s\"\n", "`kubernetes.timeout`"),
+        (
+            "[kubernetes]\nmax_response_bytes = 10\n",
+            "`kubernetes.max_response_bytes`",
+        ),
+        ("[identity]\npasswd_file = \"\"\n", "`identity.passwd_file`"),
+        ("[identity]\nuser_label = \"email\"\n", "user_label"),
+        ("[kubernetes]\nsocket = \"/x\"\n", "socket"),
+    ];
+    for (text, key) in cases {
+        let err = parse(text).unwrap_err().to_string();
+        assert!(err.contains(key), "{text}: {err}");
+    }
+    let c = parse("[identity]\nuser_label = \"uid\"\npasswd_file = \"\"\n[kubernetes]\npod_resources_socket = \"\"\n").unwrap();
+    assert_eq!(c.identity.user_label, collector::proc::user::UserLabel::Uid);
+    assert_eq!(
+        c.kubernetes.options(),
+        None,
+        "an empty socket asks no kubelet"
+    );
+    assert!(Config::default().kubernetes.options().is_some());
+}

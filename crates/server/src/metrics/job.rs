@@ -44,7 +44,7 @@ pub fn encode(
     info(
         e,
         "stallwatch_job",
-        "A job (a GPU-holding process and its descendants) and where it runs; empty labels are unknown.",
+        "A job (a GPU-holding process and its descendants), where it runs and whose it is: its container, systemd unit, Kubernetes pod (namespace, pod, container from the kubelet), Slurm job, step and account, and user; empty labels are unknown.",
         jobs.iter().map(|j| {
             let a = &j.attribution;
             let mut l = labels(j);
@@ -52,7 +52,13 @@ pub fn encode(
                 ("container_id", &a.container_id),
                 ("systemd_unit", &a.systemd_unit),
                 ("pod_uid", &a.pod_uid),
+                ("namespace", &a.namespace),
+                ("pod", &a.pod),
+                ("container", &a.container),
                 ("slurm_job_id", &a.slurm_job_id),
+                ("slurm_step", &a.slurm_step),
+                ("slurm_account", &a.slurm_account),
+                ("user", &a.user),
             ] {
                 l = l.with(name, value.as_deref().unwrap_or(""));
             }

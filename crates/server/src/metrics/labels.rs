@@ -9,9 +9,9 @@ use prometheus_client::encoding::{
     EncodeLabel, EncodeLabelSet, EncodeLabelValue, LabelSetEncoder, LabelValueEncoder,
 };
 
-/// The most labels a series has (a job's `_info`: pid, comm and four
+/// The most labels a series has (a job's `_info`: pid, comm and ten
 /// attribution labels).
-const CAPACITY: usize = 8;
+const CAPACITY: usize = 12;
 
 /// One label's value.
 #[derive(Debug, Clone, Copy)]
@@ -151,10 +151,16 @@ mod tests {
             .with("container_id", "")
             .with("systemd_unit", "")
             .with("pod_uid", "")
-            .with("slurm_job_id", "");
+            .with("namespace", "")
+            .with("pod", "")
+            .with("container", "")
+            .with("slurm_job_id", "")
+            .with("slurm_step", "")
+            .with("slurm_account", "")
+            .with("user", "u");
         assert_eq!(
             line(job_info),
-            r#"x{pid="1",comm="python",container_id="",systemd_unit="",pod_uid="",slurm_job_id=""} 1.0"#
+            r#"x{pid="1",comm="python",container_id="",systemd_unit="",pod_uid="",namespace="",pod="",container="",slurm_job_id="",slurm_step="",slurm_account="",user="u"} 1.0"#
         );
     }
 }

@@ -129,7 +129,14 @@ fn job(j: &JobSnapshot) -> JobFrame {
             container_id: a.container_id.clone(),
             systemd_unit: a.systemd_unit.clone(),
             pod_uid: a.pod_uid.clone(),
+            namespace: a.namespace.clone(),
+            pod: a.pod.clone(),
+            container: a.container.clone(),
+            pod_unknown: a.pod_unknown.clone(),
             slurm_job_id: a.slurm_job_id.clone(),
+            slurm_step: a.slurm_step.clone(),
+            slurm_account: a.slurm_account.clone(),
+            user: a.user.clone(),
         },
         run: match &j.rank {
             RankRead::Found(r) => Some(RunRank {
