@@ -29,6 +29,7 @@ CONTRACT = {
     "instance:stallwatch_gpus_stalled:sum": 'sum by (instance) (stallwatch_gpu_verdict{verdict="stalled"})',
     "instance_kind:stallwatch_gpu_stall_seconds:rate5m": "sum by (instance, kind) (rate(stallwatch_gpu_stall_seconds_total[5m]))",
     "instance:stallwatch_gpu_job_idle_seconds:rate5m": "sum by (instance) (rate(stallwatch_gpu_job_idle_seconds_total[5m]))",
+    "instance_state:stallwatch_gpu_time_seconds:rate5m": "sum by (instance, state) (rate(stallwatch_gpu_time_seconds_total[5m]))",
     "instance_pid_comm:stallwatch_job_stalled_gpus:count": (
         "count by (instance, pid, comm) (stallwatch_process_gpu_memory_bytes"
         ' and on (instance, gpu) (stallwatch_gpu_verdict{verdict="stalled"} == 1))'
