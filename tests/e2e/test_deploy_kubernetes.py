@@ -163,6 +163,21 @@ def test_daemonset_may_read_the_hosts_jobs_stacks():
     assert template["metadata"]["annotations"][annotation] == "unconfined"
 
 
+def test_daemonset_mounts_the_configured_pod_resources_socket():
+    """The kubelet's socket directory from the host, read-only, where the ConfigMap's
+    kubernetes.pod_resources_socket points; and the ServiceMonitor leaves the jobs'
+    namespace, pod and container labels as they are."""
+    config = load("configmap.yaml")["data"]["config.toml"]
+    socket = config.split('pod_resources_socket = "', 1)[1].split('"', 1)[0]
+    pod = load("daemonset.yaml")["spec"]["template"]["spec"]
+    (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "pod-resources"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "pod-resources"]
+    assert mount["readOnly"] is True
+    assert socket.rsplit("/", 1)[0] == mount["mountPath"] == volume["hostPath"]["path"]
+    relabelings = load("servicemonitor.yaml")["spec"]["endpoints"][0]["relabelings"]
+    assert {"action": "labeldrop", "regex": "(namespace|pod|container)"} in relabelings
+
+
 def test_probes_service_and_monitor_point_at_the_configured_listener():
     config = load("configmap.yaml")["data"]["config.toml"]
     port = int(config.split('listen = "', 1)[1].split('"', 1)[0].rsplit(":", 1)[1])
