@@ -277,3 +277,19 @@ def test_a_bad_identity_or_kubernetes_setting_names_the_field(daemon_factory, tm
         d.start(wait=False)
         assert d.process.wait(timeout=10) != 0
         assert field in d.logs(), d.logs()
+
+
+def test_an_answer_past_max_response_bytes_is_refused(daemon_factory, tmp_path):
+    socket = tmp_path / "kubelet.sock"
+    crowd = [pod("ml", f"pod-{i:04d}-" + "x" * 80, container("main")) for i in range(2000)]
+    kubelet = Kubelet(socket, PODS + crowd).start()
+    try:
+        root = proc_tree(tmp_path, PROCESSES)
+        config = f'[procfs]\nroot = "{root}"\n' + kubelet_config(socket) + "max_response_bytes = 65536\n"
+        d = daemon_factory(SCENARIO, config=config).start()
+        s = wait_status(d, lambda s: "OutOfRange" in (s.get("kubernetes") or {}).get("error", ""))
+        assert "too large" in s["kubernetes"]["error"], s["kubernetes"]
+        assert s["kubernetes"]["source"] == "cgroup" and kubelet.calls >= 1
+        assert info(d.metrics(), 7001)["pod"] == ""
+    finally:
+        kubelet.stop()
