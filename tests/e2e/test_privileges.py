@@ -199,6 +199,18 @@ def privileges(d):
     return json.loads(body)["privileges"]
 
 
+def root_job_status(d, pid):
+    """The job's entry in the status, once its environment has been tried."""
+    deadline = time.monotonic() + 10
+    while True:
+        jobs = [j for g in json.loads(d.get("/api/v1/status")[2])["gpus"] for j in g.get("jobs", [])
+                if j["pid"] == pid]
+        if jobs and "run_unknown" in jobs[0] or time.monotonic() > deadline:
+            assert jobs, "the job is not in the status"
+            return jobs[0]
+        time.sleep(0.2)
+
+
 def stacks_of(d, pid):
     code, _, body = d.get(f"/api/v1/stacks/{pid}?seconds=1", timeout=15)
     assert code == 200, body
@@ -232,10 +244,16 @@ def test_without_capabilities_the_report_says_only_its_own_users_jobs(unprivileg
     assert p["stacks"]["why"].startswith("stallwatch lacks CAP_SYS_PTRACE") and f"uid {NOBODY}" in p["stacks"]["why"], p
     assert p["environments"]["read"] == "same_uid", p
     assert "lacks CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH" in p["environments"]["why"], p
-    # The root job's read is refused for that reason, by name.
+    # The root job's reads are refused for that reason, by name: its stacks,
+    # and its environment (no run, no rank).
     report = stacks_of(d, root_job.pid)
     assert report["outcome"] == "no_permission", report
     assert "lacks CAP_SYS_PTRACE" in report["detail"] and "another user" in report["detail"], report
+    job = root_job_status(d, root_job.pid)
+    assert job["run_unknown"].endswith(
+        "stallwatch lacks CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH, which another user's environment needs; "
+        "the shipped systemd unit grants them"
+    ), job
     # One warning at start, with the reason.
     lines = [l for l in d.logs().splitlines() if "what stallwatch may read" in l]
     assert len(lines) == 1 and "WARN" in lines[0] and "stacks=same_uid" in lines[0], d.logs()
@@ -291,6 +309,8 @@ def test_in_a_user_namespace_of_its_own_nothing_of_the_hosts_can_be_read(unprivi
     report = stacks_of(d, root_job.pid)
     assert report["outcome"] == "no_permission", report
     assert "user namespace of its own" in report["detail"] and "lacks" not in report["detail"], report
+    job = root_job_status(d, root_job.pid)
+    assert "user namespace of its own" in job["run_unknown"] and "lacks" not in job["run_unknown"], job
 
 
 def test_check_says_what_it_may_read(install_dir, root_job, tmp_path):

@@ -9,7 +9,8 @@ mod read;
 mod report;
 
 pub use parse::Label;
-pub use read::{facts, job, read, sys_beside};
+pub use read::{environ_refused, facts, job, read, sys_beside};
 pub use report::{
-    AppArmor, Capabilities, Conclusion, Facts, Job, Privileges, Reach, SeLinux, refusal,
+    AppArmor, Capabilities, Conclusion, Facts, Job, Privileges, Reach, SeLinux, environ_refusal,
+    refusal,
 };

@@ -9,7 +9,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use super::parse::{self, Label};
-use super::report::{Facts, Job, Privileges};
+use super::report::{Facts, Job, Privileges, environ_refusal};
 
 /// Most of a `status` file read (about 1.5 KiB on Linux 6).
 const MAX_STATUS: u64 = 16 << 10;
@@ -85,6 +85,16 @@ pub fn job(proc_root: &Path, pid: u32) -> Job {
         uid: read_bounded(&dir.join("status"), MAX_STATUS).and_then(|s| parse::uid(&s)),
         label: label(&dir),
     }
+}
+
+/// Why `pid`'s environment could not be opened (`error`), where it is a
+/// refusal and a cause is known.
+pub fn environ_refused(proc_root: &Path, pid: u32, error: &std::io::Error) -> Option<String> {
+    if !matches!(error.raw_os_error(), Some(1 | 13)) {
+        return None;
+    }
+    let own = facts(proc_root, &sys_beside(proc_root));
+    environ_refusal(&own, &job(proc_root, pid), pid)
 }
 
 #[cfg(test)]

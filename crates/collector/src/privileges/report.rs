@@ -321,6 +321,51 @@ fn environments(f: &Facts) -> Conclusion {
     })
 }
 
+/// The causes any read of `pid` shares, memory or environment: a user
+/// namespace (first), and an AppArmor profile other than the job's or
+/// SELinux domains that differ (second).
+fn shared_causes(own: &Facts, job: &Job, pid: u32) -> (Vec<String>, Vec<String>) {
+    let mut first = Vec::new();
+    if own.initial_user_namespace == Some(false) {
+        first.push(format!(
+            "stallwatch runs in a user namespace of its own, where its capabilities do not reach \
+             pid {pid} (run it in the host's user namespace: no PrivateUsers=, no rootless container)"
+        ));
+    }
+    let mut modules = Vec::new();
+    if let Some(mine) = own.label.as_ref().filter(|l| l.apparmor_confined()) {
+        let same = matches!(
+            (mine, &job.label),
+            (Label::AppArmor { profile: a, .. }, Some(Label::AppArmor { profile: b, .. })) if a == b
+        );
+        if !same {
+            let theirs = job.label.as_ref().map_or_else(
+                || "a profile that could not be read".to_owned(),
+                |l| format!("`{}`", l.text()),
+            );
+            modules.push(format!(
+                "AppArmor confines stallwatch to profile `{}` and pid {pid} runs under {theirs}: a \
+                 container runtime's default profile lets a process read only processes under the \
+                 same profile; run stallwatch unconfined (docs/deploy.md)",
+                mine.text()
+            ));
+        }
+    }
+    if own.selinux_enforcing == Some(true)
+        && let (Some(mine), Some(theirs)) = (
+            own.label.as_ref().and_then(Label::selinux_type),
+            job.label.as_ref().and_then(Label::selinux_type),
+        )
+        && mine != theirs
+    {
+        modules.push(format!(
+            "SELinux is enforcing and stallwatch's domain `{mine}` may not be allowed to read \
+             pid {pid}'s domain `{theirs}`"
+        ));
+    }
+    (first, modules)
+}
+
 /// Says what keeps stallwatch from reading `pid`'s memory: each cause that
 /// applies, from what the daemon's process and the job's say.
 pub fn refusal(own: &Facts, job: &Job, pid: u32, comm: &str) -> String {
@@ -331,13 +376,7 @@ pub fn refusal(own: &Facts, job: &Job, pid: u32, comm: &str) -> String {
              reading any other process's memory, even with CAP_SYS_PTRACE"
         );
     }
-    let mut causes = Vec::new();
-    if own.initial_user_namespace == Some(false) {
-        causes.push(format!(
-            "stallwatch runs in a user namespace of its own, where its capabilities do not reach \
-             pid {pid} (run it in the host's user namespace: no PrivateUsers=, no rootless container)"
-        ));
-    }
+    let (mut causes, modules) = shared_causes(own, job, pid);
     let has_cap = own.cap_effective.is_some_and(|c| has(c, CAP_SYS_PTRACE));
     let other_user = job.uid.is_some() && job.uid != own.uid;
     if !has_cap {
@@ -353,36 +392,7 @@ pub fn refusal(own: &Facts, job: &Job, pid: u32, comm: &str) -> String {
             ));
         }
     }
-    if let Some(mine) = own.label.as_ref().filter(|l| l.apparmor_confined()) {
-        let same = matches!(
-            (mine, &job.label),
-            (Label::AppArmor { profile: a, .. }, Some(Label::AppArmor { profile: b, .. })) if a == b
-        );
-        if !same {
-            let theirs = job.label.as_ref().map_or_else(
-                || "a profile that could not be read".to_owned(),
-                |l| format!("`{}`", l.text()),
-            );
-            causes.push(format!(
-                "AppArmor confines stallwatch to profile `{}` and pid {pid} runs under {theirs}: a \
-                 container runtime's default profile lets a process read only processes under the \
-                 same profile; run stallwatch unconfined (docs/deploy.md)",
-                mine.text()
-            ));
-        }
-    }
-    if own.selinux_enforcing == Some(true)
-        && let (Some(mine), Some(theirs)) = (
-            own.label.as_ref().and_then(Label::selinux_type),
-            job.label.as_ref().and_then(Label::selinux_type),
-        )
-        && mine != theirs
-    {
-        causes.push(format!(
-            "SELinux is enforcing and stallwatch's domain `{mine}` may not be allowed to read \
-             pid {pid}'s domain `{theirs}`"
-        ));
-    }
+    causes.extend(modules);
     if causes.is_empty() {
         if has_cap {
             return format!(
@@ -396,6 +406,31 @@ pub fn refusal(own: &Facts, job: &Job, pid: u32, comm: &str) -> String {
         );
     }
     format!("{head}: {}", causes.join("; and "))
+}
+
+/// Says what keeps stallwatch from reading `pid`'s environment, where a
+/// cause is known: its mode (another user's) wants a DAC capability, the
+/// ptrace read check `CAP_SYS_PTRACE` (Yama takes no part).
+pub fn environ_refusal(own: &Facts, job: &Job, pid: u32) -> Option<String> {
+    let (mut causes, modules) = shared_causes(own, job, pid);
+    let eff = own.cap_effective.unwrap_or(0);
+    let other_user = job.uid.is_some() && job.uid != own.uid;
+    let mut lacking = Vec::new();
+    if !has(eff, CAP_SYS_PTRACE) {
+        lacking.push("CAP_SYS_PTRACE");
+    }
+    if !has(eff, CAP_DAC_READ_SEARCH) && !has(eff, CAP_DAC_OVERRIDE) {
+        lacking.push("CAP_DAC_READ_SEARCH");
+    }
+    if other_user && !lacking.is_empty() {
+        causes.push(format!(
+            "stallwatch lacks {}, which another user's environment needs; the shipped systemd \
+             unit grants them",
+            lacking.join(" and ")
+        ));
+    }
+    causes.extend(modules);
+    (!causes.is_empty()).then(|| causes.join("; and "))
 }
 
 #[cfg(test)]
@@ -665,5 +700,39 @@ mod tests {
             msg.contains("domain `container_t`") && msg.contains("`unconfined_t`"),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn an_environment_refusal_names_its_own_causes() {
+        let none = Facts {
+            cap_effective: Some(0),
+            ..unit()
+        };
+        let why = environ_refusal(&none, &job(0, "unconfined"), 77).unwrap();
+        assert!(
+            why.starts_with(
+                "stallwatch lacks CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH, which another user's"
+            ),
+            "{why}"
+        );
+        // Its own user's: no capability is why; Yama is never why.
+        assert_eq!(environ_refusal(&none, &job(61234, ""), 77), None);
+        let three = Facts {
+            ptrace_scope: Some(3),
+            ..unit()
+        };
+        assert_eq!(environ_refusal(&three, &job(0, ""), 77), None);
+        let nested = Facts {
+            initial_user_namespace: Some(false),
+            ..unit()
+        };
+        let why = environ_refusal(&nested, &job(0, ""), 77).unwrap();
+        assert!(why.contains("user namespace of its own"), "{why}");
+        let pod = Facts {
+            label: label("cri-containerd.apparmor.d (enforce)", false),
+            ..unit()
+        };
+        let why = environ_refusal(&pod, &job(0, "unconfined"), 77).unwrap();
+        assert!(why.starts_with("AppArmor confines stallwatch"), "{why}");
     }
 }

@@ -14,6 +14,7 @@ use std::io::Read;
 use serde::Deserialize;
 
 use super::per_process::PerProcess;
+use crate::privileges;
 use crate::sample::job::{Rank, RankRead};
 
 /// Longest value kept of an allowlisted variable.
@@ -411,7 +412,10 @@ impl Ranks {
             match std::fs::File::open(root.join(pid.to_string()).join("environ")) {
                 Ok(file) => read_env(file, host),
                 Err(e) => JobEnv {
-                    rank: RankRead::Unknown(format!("the environment could not be read ({e})")),
+                    rank: RankRead::Unknown(match privileges::environ_refused(root, pid, &e) {
+                        Some(why) => format!("the environment could not be read ({e}): {why}"),
+                        None => format!("the environment could not be read ({e})"),
+                    }),
                     slurm_account: None,
                 },
             }
