@@ -8,10 +8,13 @@ import json
 import shutil
 import time
 
+from bs4 import BeautifulSoup
+
+import browser
 from daemon import gpu
 from kubelet import BadSocket, Kubelet, container, pod
 
-from test_diagnosis import status, wait_status
+from test_diagnosis import run_check, status, wait_status
 from test_golden import FIXTURE_PROC
 
 UID_A = "0d3b1c2a-5e6f-4a7b-8c9d-0e1f2a3b4c5d"  # ml/trainer-0: requested GPU 0
@@ -138,6 +141,19 @@ def test_jobs_get_namespace_pod_and_container_from_the_kubelet(daemon_factory, t
         a = attribution(s, 7004)
         assert "namespace" not in a and a["pod_uid"] == UID_C
         assert UID_C in a["pod_unknown"] and "did not request" in a["pod_unknown"], a
+
+        # The status page and `stallwatch check` say the same.
+        dom, _, console = browser.load(d.url + "/", budget_ms=3000)
+        assert console == [], console
+        page = BeautifulSoup(dom, "html.parser")
+        assert "pod ml/trainer-0, container main" in page.select_one("article#gpu-0 .job").get_text()
+        notebook = page.select_one("article#gpu-3 .job")
+        assert f"pod UID {UID_C[:12]}" in notebook.get_text(), notebook.get_text()
+        assert "did not request" in notebook.select_one("span[title]")["title"]
+        report = run_check(d, "--duration", "5s").stdout
+        assert "    pod ml/trainer-0, container main\n" in report, report
+        assert "    pod ml/trainer-0\n" in report, report
+        assert f"    pod UID {UID_C} (no job of pod UID {UID_C} uses a GPU" in report, report
 
         # A pod that comes later is picked up on the next refresh.
         kubelet.pods = PODS + [pod("ml", "late", container("main", "nvidia.com/gpu",
