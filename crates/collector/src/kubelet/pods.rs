@@ -47,6 +47,9 @@ pub struct PodTable {
     pub pods: Vec<Pod>,
     /// What was left out, in words.
     pub left_out: Option<String>,
+    /// Device id (without a replica suffix) -> the containers given it,
+    /// made once per answer.
+    by_device: HashMap<String, Vec<Slot>>,
 }
 
 /// A Kubernetes name: lowercase letters, digits, `-` and `.`, at most
@@ -117,7 +120,22 @@ impl PodTable {
                 .collect();
             format!("left out of the kubelet's answer: {}", parts.join(", "))
         });
-        PodTable { pods, left_out }
+        let mut by_device: HashMap<String, Vec<Slot>> = HashMap::new();
+        for (p, pod) in pods.iter().enumerate() {
+            for (c, container) in pod.containers.iter().enumerate() {
+                for id in &container.devices {
+                    by_device
+                        .entry(device_key(id).to_owned())
+                        .or_default()
+                        .push((p, c));
+                }
+            }
+        }
+        PodTable {
+            pods,
+            left_out,
+            by_device,
+        }
     }
 }
 
@@ -158,14 +176,6 @@ pub fn attribute(
         }
         return;
     };
-    let mut by_device: HashMap<&str, Vec<Slot>> = HashMap::new();
-    for (p, pod) in table.pods.iter().enumerate() {
-        for (c, container) in pod.containers.iter().enumerate() {
-            for id in &container.devices {
-                by_device.entry(device_key(id)).or_default().push((p, c));
-            }
-        }
-    }
     let by_index: HashMap<u32, &GpuSample> = gpus.iter().map(|g| (g.index, g)).collect();
     let candidates: Vec<BTreeSet<Slot>> = jobs
         .iter()
@@ -174,7 +184,7 @@ pub fn attribute(
                 .iter()
                 .filter_map(|i| by_index.get(i))
                 .flat_map(|g| gpu_keys(g))
-                .filter_map(|key| by_device.get(key.as_str()))
+                .filter_map(|key| table.by_device.get(key.as_str()))
                 .flatten()
                 .copied()
                 .collect()
