@@ -5,13 +5,19 @@ name pods and Slurm steps, and what stallwatch_job_info, /api/v1/status and its
 sample and no scrape."""
 
 import json
+import os
+import pwd
 import shutil
+import subprocess
+import sys
 import time
+from pathlib import Path
 
+import pytest
 from bs4 import BeautifulSoup
 
 import browser
-from daemon import gpu
+from daemon import gpu, kill_group
 from kubelet import BadSocket, Kubelet, container, pod
 
 from test_diagnosis import run_check, status, wait_status
@@ -309,3 +315,95 @@ def test_an_answer_past_max_response_bytes_is_refused(daemon_factory, tmp_path):
         assert info(d.metrics(), 7001)["pod"] == ""
     finally:
         kubelet.stop()
+
+
+class Cgroups:
+    """Real cgroups for real jobs, below a directory of the test's own in the first
+    hierarchy that takes them (cgroup v2, else v1's pids); removed afterwards."""
+
+    ROOTS = ("/sys/fs/cgroup/unified", "/sys/fs/cgroup", "/sys/fs/cgroup/pids")
+
+    def __init__(self, top):
+        self.top = top
+        self.base = None
+        self.made = []
+
+    @property
+    def v2(self):
+        return (self.base / "cgroup.controllers").exists()
+
+    def find_base(self):
+        for root in map(Path, self.ROOTS):
+            if not (root / "cgroup.procs").exists():
+                continue
+            try:
+                (root / self.top).mkdir()
+            except OSError:
+                continue
+            self.base = root
+            self.made.append(root / self.top)
+            return True
+        return False
+
+    def move(self, relative, pid):
+        path = self.base / self.top
+        for part in relative.strip("/").split("/"):
+            path = path / part
+            if not path.exists():
+                path.mkdir()
+                self.made.append(path)
+        (path / "cgroup.procs").write_text(str(pid))
+
+    def remove(self):
+        for path in reversed(self.made):
+            try:
+                path.rmdir()
+            except OSError:
+                pass
+
+
+def sleeper(env=None):
+    return subprocess.Popen(
+        [sys.executable, "-c", "import time\nwhile True: time.sleep(1)"],
+        env=dict(os.environ, **(env or {})), start_new_session=True,
+    )
+
+
+def test_real_jobs_in_real_cgroups(daemon_factory, tmp_path):
+    """Real processes moved into real pod and Slurm cgroups, read from the host's /proc:
+    their pods from the stand-in kubelet, the Slurm job's step, account and user."""
+    cgroups = Cgroups(f"stallwatch-test-{os.getpid()}")
+    if not cgroups.find_base():
+        pytest.skip("no cgroup hierarchy here lets the test make cgroups (needs root)")
+    jobs = [sleeper(), sleeper(), sleeper({"SLURM_JOB_ID": "612", "SLURM_JOB_ACCOUNT": "vision-lab"})]
+    socket = tmp_path / "kubelet.sock"
+    kubelet = Kubelet(socket, PODS).start()
+    try:
+        trainer, sidecar, slurm = jobs
+        uid = UID_A.replace("-", "_")
+        if cgroups.v2:
+            pod_dir = f"kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{uid}.slice"
+            cgroups.move(f"{pod_dir}/cri-containerd-{cid(1)}.scope", trainer.pid)
+            cgroups.move(f"{pod_dir}/cri-containerd-{cid(2)}.scope", sidecar.pid)
+            cgroups.move("slurmstepd.scope/job_612/step_0/user/task_0", slurm.pid)
+        else:
+            cgroups.move(f"kubepods/besteffort/pod{UID_A}/{cid(1)}", trainer.pid)
+            cgroups.move(f"kubepods/besteffort/pod{UID_A}/{cid(2)}", sidecar.pid)
+            cgroups.move(f"slurm/uid_{os.getuid()}/job_612/step_0/task_0", slurm.pid)
+        scenario = {"gpus": [gpu(0, processes=holding(trainer.pid)), gpu(1, processes=holding(sidecar.pid)),
+                             gpu(2, processes=holding(slurm.pid))]}
+        d = daemon_factory(scenario, config=kubelet_config(socket)).start()
+        m = d.wait_for(lambda m: info(m, trainer.pid).get("pod") and info(m, slurm.pid),
+                       what="the real jobs with their pod and Slurm job")
+        assert (info(m, trainer.pid)["namespace"], info(m, trainer.pid)["pod"],
+                info(m, trainer.pid)["container"]) == ("ml", "trainer-0", "main")
+        assert (info(m, sidecar.pid)["pod"], info(m, sidecar.pid)["container"]) == ("trainer-0", "")
+        assert info(m, trainer.pid)["container_id"] == cid(1)
+        s = info(m, slurm.pid)
+        assert (s["slurm_job_id"], s["slurm_step"], s["slurm_account"]) == ("612", "0", "vision-lab")
+        assert s["user"] == pwd.getpwuid(os.getuid()).pw_name
+    finally:
+        kubelet.stop()
+        for job in jobs:
+            kill_group(job)
+        cgroups.remove()
