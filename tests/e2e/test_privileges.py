@@ -269,9 +269,9 @@ def test_without_capabilities_the_report_says_only_its_own_users_jobs(unprivileg
     said = box.get_text(" ", strip=True)
     assert not box.has_attr("hidden"), said
     assert said.startswith(
-        "Python stacks of other users' jobs can be read only for its own user's jobs: stallwatch lacks CAP_SYS_PTRACE"
+        "Python stacks can be read only for jobs of stallwatch's own user: stallwatch lacks CAP_SYS_PTRACE, so"
     ), said
-    assert "Their environments (run and rank) can be read only for its own user's jobs" in said, said
+    assert "Job environments (run and rank) can be read only for jobs of stallwatch's own user: stallwatch lacks" in said, said
 
 
 def test_a_job_of_the_daemons_own_user_is_read_without_capabilities(unprivileged, tmp_path):

@@ -276,7 +276,7 @@ fn stacks(f: &Facts) -> Conclusion {
             _ => (
                 Reach::SameUid,
                 format!(
-                    "stallwatch lacks CAP_SYS_PTRACE: it may read the memory of {}'s processes only",
+                    "stallwatch lacks CAP_SYS_PTRACE, so it may read the memory of {}'s processes only",
                     own_uid(f)
                 ),
             ),
@@ -308,7 +308,7 @@ fn environments(f: &Facts) -> Conclusion {
         (
             Reach::SameUid,
             format!(
-                "stallwatch lacks {}: it may read the environments of {}'s processes only",
+                "stallwatch lacks {}, so it may read the environments of {}'s processes only",
                 lacking.join(" and "),
                 own_uid(f)
             ),
