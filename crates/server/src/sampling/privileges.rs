@@ -103,3 +103,33 @@ pub fn log(p: &Privileges, changed: bool) {
         line!(warn);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_raised_ptrace_scope_is_seen_within_a_refresh() {
+        let root = tempfile::tempdir().unwrap();
+        let p = root.path();
+        std::fs::create_dir_all(p.join("self")).unwrap();
+        std::fs::create_dir_all(p.join("sys/kernel/yama")).unwrap();
+        std::fs::write(
+            p.join("self/status"),
+            "Uid:\t0\t0\t0\t0\nCapEff:\t000001ffffffffff\n",
+        )
+        .unwrap();
+        std::fs::write(p.join("sys/kernel/yama/ptrace_scope"), "1\n").unwrap();
+        let mut check = PrivilegesCheck::start(p.to_path_buf());
+        assert_eq!(check.latest().stacks.read, Reach::Yes);
+        std::fs::write(p.join("sys/kernel/yama/ptrace_scope"), "3\n").unwrap();
+        // Not before the refresh is due: the report is not read each sample.
+        assert_eq!(check.latest().stacks.read, Reach::Yes);
+        if let Some(earlier) = Instant::now().checked_sub(REFRESH) {
+            check.checked = earlier;
+            let now = check.latest();
+            assert_eq!(now.stacks.read, Reach::No);
+            assert_eq!(now.ptrace_scope, Some(3));
+        }
+    }
+}
