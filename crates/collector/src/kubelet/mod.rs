@@ -16,7 +16,7 @@ pub mod proto;
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError, sync_channel};
 use std::time::Duration;
 
 pub use client::CallLimits;
@@ -77,13 +77,23 @@ impl Kubelet {
     /// Takes the answers that came since the last sample (without waiting)
     /// and gives each job its pod; returns the state for the status.
     pub fn attribute(&mut self, gpus: &[GpuSample], jobs: &mut [JobSample]) -> KubernetesState {
-        while let Ok(refresh) = self.updates.try_recv() {
-            match refresh.answer {
-                Ok(table) => {
+        loop {
+            match self.updates.try_recv() {
+                Ok(Refresh {
+                    answer: Ok(table),
+                    at,
+                }) => {
                     self.error = table.left_out.clone();
-                    self.table = Some((Arc::new(table), refresh.at));
+                    self.table = Some((Arc::new(table), at));
                 }
-                Err(why) => self.error = Some(why),
+                Ok(Refresh {
+                    answer: Err(why), ..
+                }) => self.error = Some(why),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => {
+                    self.error = Some("the kubelet thread ended".into());
+                    break;
+                }
             }
         }
         let stale_after = self.options.refresh.as_secs_f64() * f64::from(STALE_AFTER_REFRESHES);
@@ -153,4 +163,73 @@ fn refresh_loop(options: &KubeletOptions, tx: &SyncSender<Refresh>) {
             tokio::time::sleep(options.refresh).await;
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::sample::Attribution;
+
+    fn kubelet() -> (Kubelet, SyncSender<Refresh>) {
+        let (tx, updates) = sync_channel(2);
+        let options = KubeletOptions {
+            socket: "/run/kubelet.sock".into(),
+            refresh: Duration::from_secs(1),
+            limits: CallLimits {
+                timeout: Duration::from_millis(100),
+                max_bytes: 1 << 20,
+            },
+        };
+        let k = Kubelet {
+            options,
+            updates,
+            table: None,
+            error: None,
+        };
+        (k, tx)
+    }
+
+    fn pod_job() -> Vec<JobSample> {
+        let json = r#"{"gpus":[0],"leader":{"id":{"pid":7,"start_ticks":1},"ppid":1,"comm":"x","state":"S","start_time_seconds":0,"cpu_seconds":0,"rss_bytes":0,"threads":[],"io":null},"descendants":[],"attribution":{},"stdout_bytes":null,"stderr_bytes":null,"output_modified_seconds":null}"#;
+        let mut job: JobSample = serde_json::from_str(json).unwrap();
+        job.attribution = Attribution {
+            pod_uid: Some("uid-a".into()),
+            ..Attribution::default()
+        };
+        vec![job]
+    }
+
+    #[test]
+    fn an_old_answer_is_dropped_and_a_gone_thread_is_said() {
+        let (mut k, tx) = kubelet();
+        let table = PodTable::from_answer(proto::ListPodResourcesResponse {
+            pod_resources: vec![],
+        });
+        tx.try_send(Refresh {
+            at: unix_now(),
+            answer: Ok(table.clone()),
+        })
+        .unwrap();
+        let state = k.attribute(&[], &mut pod_job());
+        assert_eq!((state.source, state.error), (PodSource::Kubelet, None));
+        // Four refreshes (and a timeout) later without an answer: no pods.
+        tx.try_send(Refresh {
+            at: unix_now() - 10.0,
+            answer: Ok(table),
+        })
+        .unwrap();
+        let mut jobs = pod_job();
+        let state = k.attribute(&[], &mut jobs);
+        assert_eq!(state.source, PodSource::Cgroup);
+        assert_eq!(state.last_refresh, None);
+        assert!(jobs[0].attribution.pod_unknown.is_some());
+        drop(tx);
+        let mut jobs = pod_job();
+        let state = k.attribute(&[], &mut jobs);
+        assert_eq!(state.error.as_deref(), Some("the kubelet thread ended"));
+        let why = jobs[0].attribution.pod_unknown.clone().unwrap();
+        assert!(why.contains("the kubelet thread ended"), "{why}");
+    }
 }
