@@ -2,6 +2,7 @@
 //! with the frames. A GPU's sample goes through the stages of
 //! `engine/gpu.rs`, in order; its state is `engine/state.rs`.
 
+mod episodes;
 mod fault;
 mod gpu;
 mod point;
@@ -11,35 +12,12 @@ use std::collections::VecDeque;
 
 use crate::config::DiagnosisConfig;
 use crate::detect::hint;
-use crate::evidence::Evidence;
 use crate::frame::{Frame, GpuFrame};
-use crate::hysteresis::Transition;
-use crate::report::make_event;
 use crate::stacks::StackReport;
-use crate::status::{ActiveKind, Event, GpuStatus, JobRef, KindCounters, Phase};
+use crate::status::{ActiveKind, Event, GpuStatus, KindCounters, Phase};
 use crate::tracking::Progress;
 use crate::{Kind, Verdict};
 use state::GpuState;
-
-/// A gap between samples longer than this does not count as stalled or
-/// idle time (the daemon was paused, or GPU data was missing); the ledger
-/// books it as `unknown`.
-const MAX_STEP_SECONDS: f64 = 10.0;
-
-/// Samples of busy power while the job progressed before a baseline counts,
-/// and how many recent ones the baseline (their median) is taken from.
-const BASELINE_SAMPLES: usize = 10;
-const BASELINE_KEPT: usize = 120;
-
-const KINDS: usize = Kind::ALL.len();
-/// `Kind::GpuFault`'s place in `Kind::ALL` (and in the per-kind arrays).
-const FAULT: usize = {
-    let mut i = 0;
-    while !matches!(Kind::ALL[i], Kind::GpuFault) {
-        i += 1;
-    }
-    i
-};
 
 pub struct Engine {
     config: DiagnosisConfig,
@@ -249,22 +227,6 @@ impl Engine {
             .cloned()
             .collect()
     }
-}
-
-/// The start or end event of an episode's transition, if there was one.
-fn event_for(
-    transition: Option<Transition>,
-    kind: Kind,
-    gpu: &GpuFrame,
-    t: f64,
-    job: impl FnOnce() -> Option<JobRef>,
-    evidence: &Evidence,
-) -> Option<Event> {
-    let (phase, since) = match transition? {
-        Transition::Started { onset } => (Phase::Start, onset),
-        Transition::Ended { since } => (Phase::End, since),
-    };
-    Some(make_event(phase, kind, gpu, t, since, job(), evidence))
 }
 
 fn same_gpu(state: &GpuState, gpu: &GpuFrame) -> bool {

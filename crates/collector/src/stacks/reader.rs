@@ -446,7 +446,7 @@ fn over_walk(limit: Limit, pid: u32, comm: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{Limit, StackReader, Unavailable, parse_stat};
+    use super::{Limit, PY_SPY, StackReader, Unavailable, parse_stat};
 
     fn reader_with(pid: u32, state: char) -> (tempfile::TempDir, StackReader) {
         let root = tempfile::tempdir().unwrap();
@@ -528,7 +528,7 @@ mod tests {
     #[test]
     fn the_named_py_spy_is_the_one_cargo_pins() {
         let manifest = include_str!("../../../../Cargo.toml");
-        let pin = format!("py-spy = {{ version = \"={}\"", super::PY_SPY);
+        let pin = format!("py-spy = {{ version = \"={PY_SPY}\"");
         assert!(manifest.contains(&pin), "Cargo.toml does not pin {pin}");
     }
 

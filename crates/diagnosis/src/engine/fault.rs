@@ -3,8 +3,8 @@
 
 use std::cell::Cell;
 
+use super::episodes::{FAULT, event_for};
 use super::state::GpuState;
-use super::{FAULT, event_for};
 use crate::Kind;
 use crate::config::DiagnosisConfig;
 use crate::detect::{Ctx, UtilizationCache, detect};

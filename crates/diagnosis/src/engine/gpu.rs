@@ -15,9 +15,10 @@
 
 use std::cell::{Cell, OnceCell};
 
+use super::episodes::event_for;
+use super::fault::observe_fault;
 use super::point::{median, point};
-use super::state::GpuState;
-use super::{BASELINE_KEPT, BASELINE_SAMPLES, event_for, fault::observe_fault};
+use super::state::{BASELINE_KEPT, BASELINE_SAMPLES, GpuState};
 use crate::config::DiagnosisConfig;
 use crate::detect::{Ctx, UtilizationCache, detect};
 use crate::evidence::ProcessEvidence;

@@ -3,8 +3,18 @@
 
 use std::collections::VecDeque;
 
-use super::{KINDS, MAX_STEP_SECONDS};
+use super::episodes::KINDS;
 use crate::Verdict;
+
+/// A gap between samples longer than this does not count as stalled or
+/// idle time (the daemon was paused, or GPU data was missing); the ledger
+/// books it as `unknown`.
+pub(super) const MAX_STEP_SECONDS: f64 = 10.0;
+
+/// Samples of busy power while the job progressed before a baseline counts,
+/// and how many recent ones the baseline (their median) is taken from.
+pub(super) const BASELINE_SAMPLES: usize = 10;
+pub(super) const BASELINE_KEPT: usize = 120;
 use crate::confirm::Confirmation;
 use crate::evidence::{Evidence, FaultEvidence};
 use crate::frame::GpuFrame;
