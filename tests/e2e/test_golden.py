@@ -21,6 +21,8 @@ VOLATILE = (
     "stallwatch_last_sample_timestamp_seconds",
     "stallwatch_nvml_last_read_timestamp_seconds",
     "stallwatch_gpu_energy_joules_total",
+    # Seconds between the first samples, booked to a state.
+    "stallwatch_gpu_time_seconds_total",
     "stallwatch_build_info",
 )
 
