@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -119,6 +120,8 @@ def test_run_as_the_daemonset_runs_it_a_host_job_is_read_whole(env, image, mount
     name, url = run_image(
         env, image, mounts, host_job.pid,
         "--user=0", "--cap-drop=all", "--cap-add=SYS_PTRACE,DAC_READ_SEARCH", "--security-opt=no-new-privileges",
+        # As the DaemonSet: no AppArmor profile (podman's default one reads only its own profile's processes).
+        "--security-opt=apparmor=unconfined",
     )
     pid = str(host_job.pid)
     try:
@@ -136,6 +139,11 @@ def test_run_as_the_daemonset_runs_it_a_host_job_is_read_whole(env, image, mount
         assert status["Uid"].split()[0] == "0"
         assert int(status["CapEff"], 16) == sum(1 << b for b in CAPS.values()), status["CapEff"]
         assert status["NoNewPrivs"].strip() == "1"
+        # What it says it may read: every user's jobs, from the host's PID and user namespaces.
+        p = json.loads(http_get(url + "/api/v1/status")[2])["privileges"]
+        assert p["host_pid_namespace"] is True and p["initial_user_namespace"] is True, p
+        assert p["capabilities"]["missing"] == ["CAP_SYSLOG"], p
+        assert p["stacks"]["read"] == "yes" and p["environments"]["read"] == "yes", p
     finally:
         podman(env, "rm", "--force", name, check=False)
 
@@ -148,5 +156,12 @@ def test_run_as_the_images_user_the_job_is_seen_without_its_io(env, image, mount
         assert [s.value for s in m.find("stallwatch_process_gpu_memory_bytes", pid=pid)] == [2**30]
         assert not m.has("stallwatch_job_read_bytes_total", pid=pid), "nobody cannot read root's /proc/<pid>/io"
         assert http_get(url + "/healthz")[0] == 200
+        # And it says so: without capabilities, only its own user's jobs (none
+        # at all where Yama wants CAP_SYS_PTRACE for them).
+        p = json.loads(http_get(url + "/api/v1/status")[2])["privileges"]
+        scope = Path("/proc/sys/kernel/yama/ptrace_scope")
+        want = "no" if scope.exists() and scope.read_text().strip() != "0" else "same_uid"
+        assert p["uid"] == 65534 and p["stacks"]["read"] == want, p
+        assert p["environments"]["read"] == "same_uid", p
     finally:
         podman(env, "rm", "--force", name, check=False)

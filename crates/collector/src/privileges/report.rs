@@ -160,7 +160,8 @@ impl Privileges {
 }
 
 /// Reasons that hold whatever the capabilities: Yama 3, a user namespace,
-/// an AppArmor profile. `None` when one forbids every read outright.
+/// an AppArmor profile. `Err` with the conclusion when one forbids every
+/// read outright.
 fn outright(f: &Facts, memory: bool) -> Result<Vec<(Reach, String)>, Conclusion> {
     if memory && f.ptrace_scope == Some(3) {
         return Err(Conclusion {
@@ -246,6 +247,14 @@ fn own_uid(f: &Facts) -> String {
         .map_or_else(|| "its own".to_owned(), |u| format!("uid {u}"))
 }
 
+/// Where its capabilities count: said only when known.
+fn in_host_namespace(f: &Facts) -> &'static str {
+    match f.initial_user_namespace {
+        Some(true) => " in the host's user namespace",
+        _ => "",
+    }
+}
+
 fn yama(f: &Facts) -> String {
     match f.ptrace_scope {
         Some(s) => format!("Yama's ptrace_scope is {s}"),
@@ -284,8 +293,8 @@ fn stacks(f: &Facts) -> Conclusion {
     };
     conclude(f, true, by_caps, || {
         format!(
-            "stallwatch holds CAP_SYS_PTRACE in the host's user namespace, {} and no AppArmor \
-             profile confines it",
+            "stallwatch holds CAP_SYS_PTRACE{}, {} and no AppArmor profile confines it",
+            in_host_namespace(f),
             yama(f)
         )
     })
@@ -315,9 +324,11 @@ fn environments(f: &Facts) -> Conclusion {
         )
     };
     conclude(f, false, by_caps, || {
-        "stallwatch holds CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH in the host's user namespace and \
-         no AppArmor profile confines it"
-            .to_owned()
+        format!(
+            "stallwatch holds CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH{} and no AppArmor profile \
+             confines it",
+            in_host_namespace(f)
+        )
     })
 }
 
