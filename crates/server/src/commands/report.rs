@@ -327,6 +327,9 @@ pub fn render(status: &StatusResponse, events: &[Event]) -> String {
                 duration(e.time - e.since)
             );
         }
+        if let Some(line) = time_line(g) {
+            let _ = writeln!(out, "  {line}");
+        }
     }
     if !limited {
         for line in privileges.iter().flatten() {
@@ -334,6 +337,27 @@ pub fn render(status: &StatusResponse, events: &[Event]) -> String {
         }
     }
     out
+}
+
+/// Where the GPU's watched time went (docs/goodput.md), largest share
+/// first: `time watched 12m: 61% productive, 14% input, 25% idle`.
+fn time_line(g: &GpuStatus) -> Option<String> {
+    let total = g.time.total();
+    if total < 1.0 {
+        return None;
+    }
+    let mut states: Vec<(diagnosis::ledger::TimeState, f64)> =
+        g.time.iter().filter(|(_, s)| *s > 0.0).collect();
+    states.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let shares: Vec<String> = states
+        .iter()
+        .map(|(state, s)| format!("{} {}", pct(s / total), state.as_str()))
+        .collect();
+    Some(format!(
+        "time watched {}: {}",
+        duration(total),
+        shares.join(", ")
+    ))
 }
 
 /// True when any GPU is stalled or has an active finding.
@@ -474,6 +498,31 @@ mod tests {
         assert_eq!(
             describe(&e)[1],
             "the hypervisor took 45% of the host's CPU time (steal): thread CPU reads low by it"
+        );
+    }
+}
+
+#[cfg(test)]
+mod time_tests {
+    use diagnosis::GpuStatus;
+    use diagnosis::ledger::TimeState;
+
+    use super::time_line;
+
+    #[test]
+    fn a_gpus_time_is_said_by_share_largest_first() {
+        let mut g: GpuStatus = serde_json::from_value(serde_json::json!({
+            "gpu": 0, "uuid": "GPU-0", "verdict": "healthy", "verdict_since": 0.0,
+            "active": [], "jobs": [], "job_idle_seconds_total": 0.0, "kinds": {}
+        }))
+        .unwrap();
+        assert_eq!(time_line(&g), None, "nothing watched yet");
+        g.time.book(TimeState::Productive, 610.0);
+        g.time.book(TimeState::Input, 140.0);
+        g.time.book(TimeState::Startup, 250.0);
+        assert_eq!(
+            time_line(&g).unwrap(),
+            "time watched 16m40s: 61% productive, 25% startup, 14% input"
         );
     }
 }
