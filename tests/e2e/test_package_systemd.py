@@ -140,6 +140,14 @@ def test_the_service_runs_as_a_dynamic_user_with_the_units_capabilities(box):
         assert int(status[caps], 16) == want, (caps, status[caps])
     assert status["NoNewPrivs"].strip() == "1"
     assert status["Seccomp"].strip() == "2", "a seccomp filter is in force"
+    # And it says so: every user's jobs' stacks and environments, as that uid.
+    code, body = box.http("/api/v1/status")
+    assert code == 200, body
+    p = json.loads(body)["privileges"]
+    assert p["uid"] == uid and p["initial_user_namespace"] is True, p
+    assert p["capabilities"]["held"] == ["CAP_DAC_READ_SEARCH", "CAP_SYS_PTRACE", "CAP_SYSLOG"], p
+    assert p["environments"]["read"] == "yes", p
+    assert p["stacks"]["read"] == ("no" if p["ptrace_scope"] == 3 else "yes"), p
 
 
 def test_a_job_in_the_container_is_seen_through_the_stand_in_nvml(box):
@@ -191,6 +199,12 @@ def test_journal_lines_carry_priorities_and_no_escape_codes(box):
         assert "\x1b" not in message and not message.startswith("<"), message
     started = [e for e in entries if "stallwatch started" in e["MESSAGE"]]
     assert started and all(e["PRIORITY"] == "6" for e in started), started
+    # What it may read, once per start: every user's jobs, at info (a warning
+    # where Yama's ptrace_scope 3 leaves it no stacks).
+    scope = box.sh("cat /proc/sys/kernel/yama/ptrace_scope 2>/dev/null || true").strip()
+    may = [e for e in entries if "what stallwatch may read" in e["MESSAGE"]]
+    want = "4" if scope == "3" else "6"
+    assert len(may) == len(started) and all(e["PRIORITY"] == want for e in may), may
     # The first start had no scenario for the stand-in library.
     unavailable = [e for e in entries if "NVML unavailable" in e["MESSAGE"]]
     assert unavailable and all(e["PRIORITY"] == "4" for e in unavailable), unavailable
