@@ -114,8 +114,13 @@ def test_page_shows_the_stalled_gpu_why_and_what_to_do(daemon_factory, jobs):
     assert re.fullmatch(r"\d+% spin \(spinner\.py:\d+\)", places[0]), places
     assert len(stalled.select("div.stacks")) == 1
 
+    # Where the GPU's time went: the starved one's input time, the healthy one's work
+    # (after the young job's first 10 s of it, its start-up).
+    assert re.fullmatch(r"Time watched [^:]+: .*\d+% input.*", text(stalled.select_one("p.time"))), text(stalled)
+
     fine = page.select_one("article#gpu-1")
     assert fine["data-verdict"] == "healthy"
+    assert re.fullmatch(r"Time watched [^:]+: .*\d+% productive.*", text(fine.select_one("p.time"))), text(fine)
     assert text(fine.select_one(".verdict")) == "✔ Healthy"
     assert not fine.select("li.kind.stall")
 

@@ -111,7 +111,8 @@ pub struct Outcome {
 impl Outcome {
     /// The one state the sample's interval is booked to: the first that
     /// applies of fault, unknown, no_job, hung, compiling, checkpointing,
-    /// startup, input, idle, productive.
+    /// startup (the DataLoader's), input, startup (no sustained work yet),
+    /// idle, productive.
     pub fn state(&self) -> TimeState {
         let kind = |s| self.kinds.contains(&s);
         if kind(TimeState::Fault) {
@@ -126,10 +127,13 @@ impl Outcome {
             TimeState::Compiling
         } else if self.phase == Some(JobPhase::Checkpointing) {
             TimeState::Checkpointing
-        } else if self.starting || self.phase == Some(JobPhase::DataLoaderStartup) {
+        } else if self.phase == Some(JobPhase::DataLoaderStartup) {
             TimeState::Startup
         } else if kind(TimeState::Input) {
+            // Found past the warm-up: the job's set-up is over.
             TimeState::Input
+        } else if self.starting {
+            TimeState::Startup
         } else if self.idle {
             TimeState::Idle
         } else {
@@ -394,10 +398,21 @@ mod tests {
         assert_eq!(free.state(), TimeState::NoJob);
         let starting = Outcome {
             starting: true,
-            kinds: vec![TimeState::Input],
+            idle: true,
             ..outcome()
         };
         assert_eq!(starting.state(), TimeState::Startup);
+        // A stall found past the warm-up is no start-up.
+        let starved = Outcome {
+            kinds: vec![TimeState::Input],
+            ..starting.clone()
+        };
+        assert_eq!(starved.state(), TimeState::Input);
+        let loader = Outcome {
+            phase: Some(JobPhase::DataLoaderStartup),
+            ..starved
+        };
+        assert_eq!(loader.state(), TimeState::Startup);
     }
 
     #[test]
