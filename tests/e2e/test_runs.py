@@ -259,7 +259,8 @@ def test_the_same_rules_in_victoriametrics_name_the_same_straggler(daemon_factor
                 status, _, body = http_get(f"http://127.0.0.1:{alert_port}/api/v1/alerts")
             except OSError:
                 continue
-            alerts = json.loads(body)["data"]["alerts"] if status == 200 else []
+            # vmalert answers `"alerts": null` while it has none.
+            alerts = (json.loads(body)["data"]["alerts"] or []) if status == 200 else []
             found = [a for a in alerts if a["name"] == "StallwatchRunStraggler" and a["state"] == "firing"]
         logs = "\n".join((tmp_path / n).read_text(errors="replace")[-2000:] for n in ("vmalert.log", "vmagent.log"))
         assert found, f"vmalert named no straggler within 120 s:\n{logs}"
