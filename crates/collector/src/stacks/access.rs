@@ -54,10 +54,25 @@ fn is_permission(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(1 | 13)) || e.kind() == io::ErrorKind::PermissionDenied
 }
 
+/// Most of a job's `maps` read (about 50,000 lines): a job py-spy can read
+/// (at most 4,096 threads, two mappings each, and its libraries) has far
+/// fewer, and the map of one with more is its own to make long.
+const MAX_MAPS: u64 = 4 << 20;
+
+/// The first [`MAX_MAPS`] bytes of a `maps` file, as text.
+fn read_maps(path: &Path) -> io::Result<String> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?
+        .take(MAX_MAPS)
+        .read_to_end(&mut bytes)?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
 /// Checks that `pid` runs a CPython stallwatch can read.
 pub fn check(root: &Path, pid: u32, comm: &str) -> Result<(), Unavailable> {
     let dir = root.join(pid.to_string());
-    match std::fs::read_to_string(dir.join("maps")) {
+    match read_maps(&dir.join("maps")) {
         Ok(maps) => match interpreter(&maps) {
             Interpreter::CPython => Ok(()),
             Interpreter::FreeThreaded(v) => Err(Unavailable::FreeThreaded(format!(
@@ -103,6 +118,24 @@ mod tests {
             .iter()
             .map(|p| format!("7f00-7f10 r-xp 00000000 08:01 1234 {p}\n"))
             .collect()
+    }
+
+    #[test]
+    fn a_long_map_is_read_no_further_than_its_bound() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join("7")).unwrap();
+        let stacks = maps(&["[anon:thread stack]"]).repeat((MAX_MAPS as usize) / 40);
+        // The interpreter first, as the kernel lists it: found.
+        let first = maps(&["/usr/bin/python3.11"]) + &stacks;
+        std::fs::write(root.path().join("7/maps"), &first).unwrap();
+        assert_eq!(check(root.path(), 7, "python3"), Ok(()));
+        // A python mapped only past the bound is not looked for.
+        let last = stacks + &maps(&["/usr/bin/python3.11"]);
+        std::fs::write(root.path().join("7/maps"), &last).unwrap();
+        assert!(matches!(
+            check(root.path(), 7, "python3"),
+            Err(Unavailable::NotPython(_))
+        ));
     }
 
     #[test]
