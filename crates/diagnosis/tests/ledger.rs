@@ -91,3 +91,26 @@ fn a_gpu_gone_from_the_frames_is_unknown_time() {
     assert_near(&run, TimeState::Productive, 39.0, 1.0);
     assert_near(&run, TimeState::Unknown, 20.0, 1.0);
 }
+
+#[test]
+fn a_daemon_sampling_every_15_s_books_every_step() {
+    let mut run = Run::default();
+    for i in 0..40 {
+        let t = f64::from(i) * 15.0;
+        run.events
+            .extend(run.engine.observe(&frame(t, 0.9, vec![job(100, 1.2, 0.3)])));
+    }
+    // A pause of two minutes is still a gap.
+    run.events.extend(run.engine.observe(&frame(
+        39.0 * 15.0 + 120.0,
+        0.9,
+        vec![job(100, 1.2, 0.3)],
+    )));
+    let ledger = run.engine.status()[0].time;
+    assert!(
+        (ledger.total() - (39.0 * 15.0 + 120.0)).abs() < 1e-6,
+        "{ledger:?}"
+    );
+    assert_near(&run, TimeState::Productive, 39.0 * 15.0, 1.0);
+    assert_near(&run, TimeState::Unknown, 120.0, 1.0);
+}

@@ -10,6 +10,8 @@ use crate::Verdict;
 /// idle time (the daemon was paused, or GPU data was missing); the ledger
 /// books it as `unknown`.
 pub(super) const MAX_STEP_SECONDS: f64 = 10.0;
+/// Recent steps between samples kept to tell the GPU's usual one.
+const STEPS_KEPT: usize = 16;
 
 /// Samples of busy power while the job progressed before a baseline counts,
 /// and how many recent ones the baseline (their median) is taken from.
@@ -68,6 +70,8 @@ pub(super) struct GpuState {
     /// Where the GPU's time went, and whether its jobs are still starting.
     pub(super) ledger: Booker,
     pub(super) startup: Startup,
+    /// The last steps between samples (seconds).
+    pub(super) steps: VecDeque<f64>,
 }
 
 impl GpuState {
@@ -100,12 +104,16 @@ impl GpuState {
             phase_held_at: None,
             ledger: Booker::default(),
             startup: Startup::default(),
+            steps: VecDeque::with_capacity(STEPS_KEPT),
         }
     }
 
     /// Seconds since the last sample, and the part of them that counts as
-    /// sampled time (none across a gap longer than [`MAX_STEP_SECONDS`]:
-    /// the daemon was paused or GPU data was missing).
+    /// sampled time: none across a gap (the daemon was paused or GPU data
+    /// was missing), a step longer than [`MAX_STEP_SECONDS`] and than three
+    /// of the GPU's usual steps (the shortest of the last [`STEPS_KEPT`]: a
+    /// daemon sampling every 15 s has no gaps every 15 s); the first step is
+    /// taken as it comes.
     pub(super) fn step(&mut self, t: f64) -> (f64, f64) {
         let elapsed = self
             .last_t
@@ -113,14 +121,20 @@ impl GpuState {
             .filter(|d| *d > 0.0)
             .unwrap_or(0.0);
         self.last_t = Some(t);
-        (
-            elapsed,
-            if elapsed <= MAX_STEP_SECONDS {
-                elapsed
-            } else {
-                0.0
-            },
-        )
+        // The first step is the sampling interval: no usual one to judge it by.
+        let gap = self
+            .steps
+            .iter()
+            .copied()
+            .reduce(f64::min)
+            .is_some_and(|usual| elapsed > MAX_STEP_SECONDS.max(3.0 * usual));
+        if elapsed > 0.0 {
+            if self.steps.len() == STEPS_KEPT {
+                self.steps.pop_front();
+            }
+            self.steps.push_back(elapsed);
+        }
+        (elapsed, if gap { 0.0 } else { elapsed })
     }
 
     /// Books the time since the last sample: by the sample's `outcome`,
