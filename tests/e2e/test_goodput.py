@@ -32,5 +32,10 @@ def test_every_gpu_second_is_booked_once(daemon_factory, job):
     assert busy["input"] > 3 and busy["productive"] > 5, busy
     assert busy["hung"] == busy["fault"] == busy["no_job"] == 0, busy
     # The API says the same.
-    api = status(d)["gpus"][0]["time"]
+    g = status(d)["gpus"][0]
+    api = g["time"]
     assert set(api) == STATES and api["input"] >= busy["input"] - 0.001, api
+    # The job held the GPU all along: its own ledger is the GPU's.
+    mine = g["jobs"][0]["time"]
+    assert set(mine) == STATES and abs(sum(mine.values()) - sum(api.values())) <= 0.01, (mine, api)
+    assert mine["input"] == api["input"], (mine, api)

@@ -66,7 +66,7 @@ impl Engine {
                 // Gone from the frame: no data for it.
                 state.set_verdict(Verdict::Unknown, frame.t);
                 let (elapsed, _) = state.step(frame.t);
-                state.book(elapsed, 0.0, None);
+                state.book(elapsed, 0.0, None, None);
             }
         }
         for event in &mut new_events {

@@ -65,5 +65,6 @@ pub fn job_status(job: &JobFrame, gpu: &GpuFrame, t: f64, warmup: f64) -> JobSta
             .iter()
             .find(|p| p.pid == job.pid)
             .and_then(|p| p.memory_bytes),
+        time: Default::default(),
     }
 }

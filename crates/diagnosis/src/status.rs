@@ -71,6 +71,10 @@ pub struct JobStatus {
     pub last_output: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_memory_bytes: Option<u64>,
+    /// The GPU's time since the job came to it, booked as the GPU's is
+    /// (docs/goodput.md): the job's own ledger on this GPU.
+    #[serde(default)]
+    pub time: crate::ledger::Ledger,
 }
 
 /// Per-kind counters for one GPU.

@@ -114,3 +114,29 @@ fn a_daemon_sampling_every_15_s_books_every_step() {
     assert_near(&run, TimeState::Productive, 39.0 * 15.0, 1.0);
     assert_near(&run, TimeState::Unknown, 120.0, 1.0);
 }
+
+#[test]
+fn each_job_has_its_own_ledger_since_it_came() {
+    let mut run = Run::default();
+    run.feed(0, 100, |t| frame(t, 0.9, vec![job(100, 1.2, 0.3)]));
+    // The job is replaced by a new one (a restart: a new pid, just started).
+    run.feed(100, 200, |t| {
+        frame(t, 0.9, vec![started_at(200, 100.0, 1.2)])
+    });
+    let status = &run.engine.status()[0];
+    assert_eq!(status.jobs.len(), 1);
+    let mine = status.jobs[0].time;
+    assert_eq!(status.jobs[0].pid, 200);
+    assert!((mine.total() - 100.0).abs() <= 1.0, "{mine:?}");
+    // Its start-up: its first 10 s of work.
+    assert!(
+        (mine.seconds(TimeState::Startup) - 11.0).abs() <= 1.0,
+        "{mine:?}"
+    );
+    // The GPU's own ledger has both jobs' time.
+    assert!(
+        (status.time.total() - 199.0).abs() < 1e-6,
+        "{:?}",
+        status.time
+    );
+}

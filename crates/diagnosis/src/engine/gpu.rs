@@ -89,7 +89,7 @@ pub(super) fn observe_gpu(
             kinds: active_states(state),
             ..Outcome::default()
         };
-        state.book(elapsed, dt, Some(&outcome));
+        state.book(elapsed, dt, Some(&outcome), None);
         return;
     }
     let holders = holders(config, state, gpu, frame);
@@ -107,7 +107,9 @@ pub(super) fn observe_gpu(
         .iter()
         .map(|j| (j.pid, j.start_time.to_bits()))
         .collect();
-    let starting = state.startup.observe(jobs, judged.all_warming, !idle, t);
+    let starting = state
+        .startup
+        .observe(jobs.clone(), judged.all_warming, !idle, t);
     let outcome = Outcome {
         fresh: true,
         has_job: !holders.jobs.is_empty(),
@@ -116,7 +118,7 @@ pub(super) fn observe_gpu(
         starting,
         idle,
     };
-    state.book(elapsed, dt, Some(&outcome));
+    state.book(elapsed, dt, Some(&outcome), Some(&jobs));
 }
 
 /// The ledger states of the GPU's active episodes.

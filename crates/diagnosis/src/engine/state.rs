@@ -72,6 +72,9 @@ pub(super) struct GpuState {
     pub(super) startup: Startup,
     /// The last steps between samples (seconds).
     pub(super) steps: VecDeque<f64>,
+    /// Each job's own ledger on this GPU, by (pid, start time's bits), for
+    /// the jobs on it now.
+    pub(super) job_time: Vec<((u32, u64), Booker)>,
 }
 
 impl GpuState {
@@ -105,6 +108,7 @@ impl GpuState {
             ledger: Booker::default(),
             startup: Startup::default(),
             steps: VecDeque::with_capacity(STEPS_KEPT),
+            job_time: Vec::new(),
         }
     }
 
@@ -137,12 +141,37 @@ impl GpuState {
         (elapsed, if gap { 0.0 } else { elapsed })
     }
 
-    /// Books the time since the last sample: by the sample's `outcome`,
-    /// or, across a gap or with no sample, to `unknown`.
-    pub(super) fn book(&mut self, elapsed: f64, dt: f64, outcome: Option<&Outcome>) {
-        match outcome {
-            Some(outcome) if dt > 0.0 => self.ledger.book(outcome, dt),
-            _ => self.ledger.book_unknown(elapsed),
+    /// Books the time since the last sample, to the GPU and to each of
+    /// `jobs` (the jobs on it now; `None`: the ones it had): by the sample's
+    /// `outcome`, or, across a gap or with no sample, to `unknown`.
+    pub(super) fn book(
+        &mut self,
+        elapsed: f64,
+        dt: f64,
+        outcome: Option<&Outcome>,
+        jobs: Option<&[(u32, u64)]>,
+    ) {
+        if let Some(jobs) = jobs {
+            self.job_time.retain(|(key, _)| jobs.contains(key));
+            for key in jobs {
+                if !self.job_time.iter().any(|(k, _)| k == key) {
+                    self.job_time.push((*key, Booker::default()));
+                }
+            }
+        }
+        let ledgers =
+            std::iter::once(&mut self.ledger).chain(self.job_time.iter_mut().map(|(_, b)| b));
+        for booker in ledgers {
+            match outcome {
+                Some(outcome) if dt > 0.0 => booker.book(outcome, dt),
+                _ => booker.book_unknown(elapsed),
+            }
+        }
+        for job in &mut self.jobs {
+            let key = (job.pid, job.start_time.to_bits());
+            if let Some((_, b)) = self.job_time.iter().find(|(k, _)| *k == key) {
+                job.time = b.ledger;
+            }
         }
     }
 
