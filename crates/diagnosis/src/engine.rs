@@ -205,8 +205,8 @@ impl Engine {
                     .map(|(i, k)| {
                         let counters = KindCounters {
                             active: s.episodes[i].is_active(),
-                            seconds_total: s.seconds_total[i],
-                            events_total: s.events_total[i],
+                            seconds_total: s.episodes.seconds_total[i],
+                            events_total: s.episodes.events_total[i],
                         };
                         (*k, counters)
                     })

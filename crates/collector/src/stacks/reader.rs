@@ -19,8 +19,10 @@ use super::{access, frames};
 struct Spy {
     start_ticks: u64,
     spy: PythonSpy,
-    /// Tids from `pthread_t`s, for interpreters that keep no native id.
+    /// Tids from `pthread_t`s, for interpreters that keep no native id,
+    /// and the job's own tids and main thread they are checked against.
     finder: TidFinder,
+    own_tids: Option<(std::collections::HashSet<u32>, u32)>,
 }
 
 /// CPython keeps each thread's Linux tid from 3.11 on; before, it is found
@@ -208,6 +210,7 @@ impl StackReader {
                     start_ticks: start,
                     spy,
                     finder: TidFinder::default(),
+                    own_tids: None,
                 },
             );
         }
@@ -310,8 +313,16 @@ impl StackReader {
         if pthreads.is_empty() {
             return HashMap::new();
         }
-        let (own, main) = tids.own_tids(root, pid);
-        spy.finder.find(&spy.spy.process, &pthreads, &own, main)
+        // The job's own tids, kept across reads and read again only when a
+        // thread is not among them (a thread made since).
+        if let Some((own, main)) = &spy.own_tids {
+            let found = spy.finder.find(&spy.spy.process, &pthreads, own, *main);
+            if found.len() == pthreads.len() {
+                return found;
+            }
+        }
+        let (own, main) = spy.own_tids.insert(tids.own_tids(root, pid));
+        spy.finder.find(&spy.spy.process, &pthreads, own, *main)
     }
 
     /// Reads `pid`'s stacks `rate_hz` times a second for `duration`. The

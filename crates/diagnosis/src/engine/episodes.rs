@@ -1,11 +1,14 @@
-//! What the engine's stages share about the kinds' episodes: the per-kind
-//! arrays' size, `gpu_fault`'s place in them, and the event of an episode's
-//! transition.
+//! What the engine's stages share about the kinds' episodes: a GPU's
+//! episode and counters per kind, `gpu_fault`'s place among them, and the
+//! event of an episode's transition.
+
+use std::ops::Index;
 
 use crate::Kind;
+use crate::config::Timing;
 use crate::evidence::Evidence;
 use crate::frame::GpuFrame;
-use crate::hysteresis::Transition;
+use crate::hysteresis::{Condition, Episode, Transition};
 use crate::report::make_event;
 use crate::status::{Event, JobRef, Phase};
 
@@ -18,6 +21,59 @@ pub(super) const FAULT: usize = {
     }
     i
 };
+
+/// A GPU's episode of every kind, with the seconds each was active and the
+/// episodes each started.
+#[derive(Debug, Default)]
+pub(super) struct Episodes {
+    of: [Episode; KINDS],
+    pub(super) seconds_total: [f64; KINDS],
+    pub(super) events_total: [u64; KINDS],
+}
+
+impl Index<usize> for Episodes {
+    type Output = Episode;
+
+    fn index(&self, i: usize) -> &Episode {
+        &self.of[i]
+    }
+}
+
+impl Episodes {
+    /// Feeds kind `i`'s condition to its episode at `t`, counting `dt` to
+    /// it if it was active; returns the transition, if any.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn advance(
+        &mut self,
+        i: usize,
+        t: f64,
+        condition: Condition,
+        timing: &Timing,
+        allowed: bool,
+        force_end: bool,
+        dt: f64,
+    ) -> Option<Transition> {
+        if self.of[i].is_active() {
+            self.seconds_total[i] += dt;
+        }
+        self.of[i].update(
+            t,
+            condition,
+            timing.enter_for,
+            timing.exit_for,
+            allowed,
+            force_end,
+        )
+    }
+
+    /// Hands on kind `i`'s event, counting a start.
+    pub(super) fn emit(&mut self, i: usize, event: Event, events: &mut Vec<Event>) {
+        if event.phase == Phase::Start {
+            self.events_total[i] += 1;
+        }
+        events.push(event);
+    }
+}
 
 /// The start or end event of an episode's transition, if there was one.
 pub(super) fn event_for(

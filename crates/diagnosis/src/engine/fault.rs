@@ -10,7 +10,7 @@ use crate::config::DiagnosisConfig;
 use crate::detect::{Ctx, UtilizationCache, detect};
 use crate::frame::{Frame, GpuFrame, JobFrame};
 use crate::report::primary_job;
-use crate::status::{Event, Phase};
+use crate::status::Event;
 
 /// The gpu_fault kind, judged on every frame the GPU is in, fresh or
 /// not: a GPU that fell off the bus does not answer, and its job is gone.
@@ -62,18 +62,9 @@ pub(super) fn observe_fault(
         };
         detect(Kind::GpuFault, &ctx)
     };
-    let was_active = state.episodes[FAULT].is_active();
-    let transition = state.episodes[FAULT].update(
-        t,
-        finding.condition,
-        timing.enter_for,
-        timing.exit_for,
-        true,
-        false,
-    );
-    if was_active {
-        state.seconds_total[FAULT] += dt;
-    }
+    let transition = state
+        .episodes
+        .advance(FAULT, t, finding.condition, &timing, true, false, dt);
     if let Some(event) = event_for(
         transition,
         Kind::GpuFault,
@@ -82,10 +73,7 @@ pub(super) fn observe_fault(
         || primary_job(gpu, jobs).or(recent_job),
         &finding.evidence,
     ) {
-        if event.phase == Phase::Start {
-            state.events_total[FAULT] += 1;
-        }
-        events.push(event);
+        state.episodes.emit(FAULT, event, events);
     }
     if state.episodes[FAULT].is_active() {
         state.fault.clone_from(&finding.evidence.fault);

@@ -27,7 +27,7 @@ use crate::ledger::{Outcome, TimeState};
 use crate::phase::PhaseStatus;
 use crate::processes;
 use crate::report::{job_status, primary_job};
-use crate::status::{Event, Phase};
+use crate::status::Event;
 use crate::tracking::Progress;
 use crate::{Kind, Verdict};
 
@@ -355,27 +355,17 @@ fn judge(
             (true, false)
         };
         let allowed = allowed && !(gate.holds && kind.yields_to_phase());
-        let transition = state.episodes[i].update(
-            t,
-            finding.condition,
-            timing.enter_for,
-            timing.exit_for,
-            allowed,
-            force_end,
-        );
-        if was_active {
-            state.seconds_total[i] += dt;
-        }
+        let transition =
+            state
+                .episodes
+                .advance(i, t, finding.condition, &timing, allowed, force_end, dt);
         let job = || {
             job_ref
                 .get_or_init(|| primary_job(gpu, &holders.jobs))
                 .clone()
         };
         if let Some(event) = event_for(transition, kind, gpu, t, job, &finding.evidence) {
-            if event.phase == Phase::Start {
-                state.events_total[i] += 1;
-            }
-            events.push(event);
+            state.episodes.emit(i, event, events);
         }
         if state.episodes[i].is_active() {
             state.evidence[i] = finding.evidence;

@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 
-use super::episodes::KINDS;
+use super::episodes::{Episodes, KINDS};
 use crate::Verdict;
 
 /// A gap between samples longer than this does not count as stalled or
@@ -20,7 +20,7 @@ pub(super) const BASELINE_KEPT: usize = 120;
 use crate::confirm::Confirmation;
 use crate::evidence::{Evidence, FaultEvidence};
 use crate::frame::GpuFrame;
-use crate::hysteresis::Episode;
+
 use crate::ledger::{Booker, Outcome, Startup};
 use crate::phase::Phases;
 use crate::stacks::StackReport;
@@ -33,10 +33,8 @@ pub(super) struct GpuState {
     pub(super) index: u32,
     pub(super) uuid: String,
     pub(super) history: History,
-    pub(super) episodes: [Episode; KINDS],
+    pub(super) episodes: Episodes,
     pub(super) evidence: [Evidence; KINDS],
-    pub(super) seconds_total: [f64; KINDS],
-    pub(super) events_total: [u64; KINDS],
     pub(super) verdict: Verdict,
     pub(super) verdict_since: f64,
     pub(super) job_idle_seconds_total: f64,
@@ -85,8 +83,6 @@ impl GpuState {
             history: History::default(),
             episodes: Default::default(),
             evidence: Default::default(),
-            seconds_total: [0.0; KINDS],
-            events_total: [0; KINDS],
             verdict: Verdict::Unknown,
             verdict_since: t,
             job_idle_seconds_total: 0.0,
