@@ -2,11 +2,18 @@
 GPU's states add up to the time the daemon watched it, and a starved stretch of a real
 job's GPU is booked to `input` (docs/goodput.md)."""
 
+import os
+import re
+import subprocess
+import sys
 import time
 
+from daemon import BINARY, gpu, kill_group
 from test_diagnosis import FAST, active, job, scenario, status, wait_status  # noqa: F401
+from test_jobs import SPINNER
 
-STATES = {"no_job", "unknown", "startup", "compiling", "checkpointing", "input", "hung", "fault", "idle", "productive"}
+STATES = {"no_job", "unknown", "startup", "compiling", "checkpointing", "input", "hung", "fault", "idle", "productive",
+          "recovery"}
 
 
 def ledger(m, gpu):
@@ -39,3 +46,57 @@ def test_every_gpu_second_is_booked_once(daemon_factory, job):
     mine = g["jobs"][0]["time"]
     assert set(mine) == STATES and abs(sum(mine.values()) - sum(api.values())) <= 0.01, (mine, api)
     assert mine["input"] == api["input"], (mine, api)
+
+
+def rank_job(tmp_path, name):
+    """A rank of torchrun run `restart-7`, as torchrun's environment names it."""
+    env = dict(os.environ, TORCHELASTIC_RUN_ID="restart-7", RANK="0", LOCAL_RANK="0", WORLD_SIZE="1",
+               GROUP_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT="29500")
+    out = open(tmp_path / f"{name}.log", "w")
+    return subprocess.Popen([sys.executable, str(SPINNER)], stdout=out, stderr=subprocess.STDOUT,
+                            start_new_session=True, env=env), out
+
+
+def test_a_rank_that_comes_back_under_its_run_books_the_gap_as_recovery(daemon_factory, tmp_path):
+    first, log1 = rank_job(tmp_path, "first")
+    second = log2 = None
+    try:
+        d = daemon_factory(scenario(first.pid, 90), config=FAST).start()
+        # Trains past its start-up (10 s of sustained work), then dies.
+        wait_status(d, lambda s: s["gpus"][0]["time"]["productive"] > 5, timeout=40, what="training")
+        kill_group(first)
+        d.set_scenario({"gpus": [gpu(0, utilization_gpu=0), gpu(1, utilization_gpu=0)]})
+        s = wait_status(d, lambda s: "last_ended" in s["gpus"][0], what="the rank to be seen gone")
+        trained = s["gpus"][0]["last_ended"]["progress_since_checkpoint_seconds"]
+        assert s["gpus"][0]["last_ended"]["run"] == "torchelastic:restart-7" and trained > 5, s["gpus"][0]
+        assert not s["gpus"][0]["last_ended"]["restarted"]
+        time.sleep(5)  # the gap: held, not yet booked
+        assert status(d)["gpus"][0]["time_held_seconds"] >= 4
+        # torchrun starts the rank again: same run id, new pid, same GPU.
+        second, log2 = rank_job(tmp_path, "second")
+        d.set_scenario(scenario(second.pid, 0))
+        s = wait_status(d, lambda s: s["gpus"][0]["last_ended"]["restarted"], what="the restart")
+        time.sleep(3)
+        m = d.metrics()
+        booked = ledger(m, 0)
+        g = status(d)["gpus"][0]
+        # The gap and the new rank's start-up so far are the run's recovery, not no_job.
+        assert booked["recovery"] >= 8, booked
+        assert booked["no_job"] < 2, booked
+        assert g["jobs"][0]["time"]["recovery"] >= 2, g["jobs"][0]["time"]
+        # The first rank's training since it came (it saved no checkpoint) is lost.
+        lost = m.value("stallwatch_gpu_lost_progress_seconds_total", gpu="0")
+        assert lost == g["lost_progress_seconds_total"] and abs(lost - trained) < 0.01, (lost, trained)
+        assert m.value("stallwatch_gpu_lost_progress_seconds_total", gpu="1") == 0
+        # `stallwatch status` says it.
+        r = subprocess.run([str(BINARY), "status", "--url", d.url], capture_output=True, text=True, timeout=30)
+        out = r.stdout
+        assert re.search(r"last job \d+ \(run torchelastic:restart-7\) ended: \S+ trained and no checkpoint seen, "
+                         r"lost to the run's restart", out), out
+    finally:
+        for p in (first, second):
+            if p is not None:
+                kill_group(p)
+        for log in (log1, log2):
+            if log is not None:
+                log.close()

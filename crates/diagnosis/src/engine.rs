@@ -199,6 +199,8 @@ impl Engine {
                     .collect(),
                 time: s.ledger.ledger,
                 time_held_seconds: s.ledger.held_seconds(),
+                lost_progress_seconds_total: s.restarts.lost_progress_seconds_total,
+                last_ended: s.restarts.ended.clone(),
                 kinds: Kind::ALL
                     .iter()
                     .enumerate()

@@ -8,6 +8,9 @@ use serde::{Deserialize, Serialize};
 use crate::Kind;
 use crate::phase::JobPhase;
 
+mod restart;
+pub use restart::{EndedJob, RestartState, Restarts};
+
 /// What a GPU's time went to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -34,10 +37,13 @@ pub enum TimeState {
     Idle,
     /// The rest: a job holds it and it works.
     Productive,
+    /// A run's restart: from its job leaving the GPU to the job that comes
+    /// back on it under the same run id, and that job's start-up.
+    Recovery,
 }
 
 impl TimeState {
-    pub const ALL: [TimeState; 10] = [
+    pub const ALL: [TimeState; 11] = [
         TimeState::NoJob,
         TimeState::Unknown,
         TimeState::Startup,
@@ -48,6 +54,7 @@ impl TimeState {
         TimeState::Fault,
         TimeState::Idle,
         TimeState::Productive,
+        TimeState::Recovery,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -62,6 +69,7 @@ impl TimeState {
             TimeState::Fault => "fault",
             TimeState::Idle => "idle",
             TimeState::Productive => "productive",
+            TimeState::Recovery => "recovery",
         }
     }
 
@@ -106,13 +114,18 @@ pub struct Outcome {
     pub starting: bool,
     /// The GPU was idle this sample (utilization under `idle_below`).
     pub idle: bool,
+    /// No job holds the GPU, and a rank of a run left it less than
+    /// [`HELD_SECONDS`] ago: a restart of the run may be under way.
+    pub run_left: bool,
+    /// The GPU's jobs came back under the run id of the jobs that left it.
+    pub restarted: bool,
 }
 
 impl Outcome {
     /// The one state the sample's interval is booked to: the first that
     /// applies of fault, unknown, no_job, hung, compiling, checkpointing,
     /// startup (the DataLoader's), input, startup (no sustained work yet),
-    /// idle, productive.
+    /// idle, productive; a restarted run's start-up is its recovery.
     pub fn state(&self) -> TimeState {
         let kind = |s| self.kinds.contains(&s);
         if kind(TimeState::Fault) {
@@ -128,16 +141,26 @@ impl Outcome {
         } else if self.phase == Some(JobPhase::Checkpointing) {
             TimeState::Checkpointing
         } else if self.phase == Some(JobPhase::DataLoaderStartup) {
-            TimeState::Startup
+            self.startup()
         } else if kind(TimeState::Input) {
             // Found past the warm-up: the job's set-up is over.
             TimeState::Input
         } else if self.starting {
-            TimeState::Startup
+            self.startup()
         } else if self.idle {
             TimeState::Idle
         } else {
             TimeState::Productive
+        }
+    }
+}
+
+impl Outcome {
+    fn startup(&self) -> TimeState {
+        if self.restarted {
+            TimeState::Recovery
+        } else {
+            TimeState::Startup
         }
     }
 }
@@ -205,6 +228,9 @@ enum Held {
     /// The GPU works while an input kind is still active: `input`, unless
     /// the kind ends before the GPU idles again (it ended with the run).
     BusyUnderInput(f64),
+    /// No job holds the GPU since a run's rank left it: `recovery` if a job
+    /// of the same run comes back on it, else `no_job`.
+    RunLeft(f64),
 }
 
 /// Books each sample's interval to one state, holding back a run of samples
@@ -224,7 +250,7 @@ impl Booker {
     /// Seconds held back, not yet booked.
     pub fn held_seconds(&self) -> f64 {
         match self.held {
-            Some(Held::Idle(s) | Held::BusyUnderInput(s)) => s,
+            Some(Held::Idle(s) | Held::BusyUnderInput(s) | Held::RunLeft(s)) => s,
             None => 0.0,
         }
     }
@@ -235,6 +261,7 @@ impl Booker {
         let now = match state {
             TimeState::Idle => Some(Held::Idle(seconds)),
             TimeState::Input if !outcome.idle => Some(Held::BusyUnderInput(seconds)),
+            TimeState::NoJob if outcome.run_left => Some(Held::RunLeft(seconds)),
             _ => None,
         };
         match (self.held, now) {
@@ -242,6 +269,7 @@ impl Booker {
             (Some(Held::BusyUnderInput(run)), Some(Held::BusyUnderInput(s))) => {
                 self.hold(Held::BusyUnderInput(run + s))
             }
+            (Some(Held::RunLeft(run)), Some(Held::RunLeft(s))) => self.hold(Held::RunLeft(run + s)),
             (held, now) => {
                 // The run ends here; what ends it says what it was.
                 match held {
@@ -257,6 +285,14 @@ impl Booker {
                             TimeState::Input
                         } else {
                             TimeState::Productive
+                        };
+                        self.ledger.book(to, run);
+                    }
+                    Some(Held::RunLeft(run)) => {
+                        let to = if outcome.restarted {
+                            TimeState::Recovery
+                        } else {
+                            TimeState::NoJob
                         };
                         self.ledger.book(to, run);
                     }
@@ -277,6 +313,7 @@ impl Booker {
         match self.held.take() {
             Some(Held::Idle(run)) => self.ledger.book(TimeState::Idle, run),
             Some(Held::BusyUnderInput(run)) => self.ledger.book(TimeState::Input, run),
+            Some(Held::RunLeft(run)) => self.ledger.book(TimeState::NoJob, run),
             None => {}
         }
         self.ledger.book(TimeState::Unknown, seconds);
@@ -287,6 +324,7 @@ impl Booker {
         let (seconds, as_is, again): (f64, TimeState, fn(f64) -> Held) = match run {
             Held::Idle(s) => (s, TimeState::Idle, Held::Idle),
             Held::BusyUnderInput(s) => (s, TimeState::Input, Held::BusyUnderInput),
+            Held::RunLeft(s) => (s, TimeState::NoJob, Held::RunLeft),
         };
         if seconds > HELD_SECONDS {
             self.ledger.book(as_is, seconds - HELD_SECONDS);
@@ -433,7 +471,7 @@ mod tests {
         l.book(TimeState::Idle, f64::NAN);
         assert_eq!(l.total(), 3.5);
         let json = serde_json::to_value(l).unwrap();
-        assert_eq!(json.as_object().unwrap().len(), 10);
+        assert_eq!(json.as_object().unwrap().len(), 11);
         assert_eq!(json["input"], 2.0);
         let back: Ledger = serde_json::from_value(json).unwrap();
         assert_eq!(back, l);

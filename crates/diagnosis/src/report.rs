@@ -66,5 +66,7 @@ pub fn job_status(job: &JobFrame, gpu: &GpuFrame, t: f64, warmup: f64) -> JobSta
             .find(|p| p.pid == job.pid)
             .and_then(|p| p.memory_bytes),
         time: Default::default(),
+        last_checkpoint: None,
+        progress_since_checkpoint_seconds: 0.0,
     }
 }

@@ -75,6 +75,14 @@ pub struct JobStatus {
     /// (docs/goodput.md): the job's own ledger on this GPU.
     #[serde(default)]
     pub time: crate::ledger::Ledger,
+    /// When the job's last checkpoint seen by the daemon ended (it saves
+    /// while its GPU waits), seconds since the epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_checkpoint: Option<f64>,
+    /// Productive GPU seconds since that checkpoint (since the job came
+    /// when none was seen): what the job would lose if it died now.
+    #[serde(default)]
+    pub progress_since_checkpoint_seconds: f64,
 }
 
 /// Per-kind counters for one GPU.
@@ -111,6 +119,13 @@ pub struct GpuStatus {
     /// yet in `time` (at most `ledger::HELD_SECONDS`).
     #[serde(default)]
     pub time_held_seconds: f64,
+    /// Productive seconds lost to restarts: each restarted job's training
+    /// since its last checkpoint (docs/goodput.md).
+    #[serde(default)]
+    pub lost_progress_seconds_total: f64,
+    /// The job that left the GPU last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_ended: Option<crate::ledger::EndedJob>,
     /// Counters for every kind.
     pub kinds: BTreeMap<Kind, KindCounters>,
 }

@@ -140,3 +140,89 @@ fn each_job_has_its_own_ledger_since_it_came() {
         status.time
     );
 }
+
+/// A rank of run `run` that started at `start`.
+fn rank_of(pid: u32, start: f64, cpu: f64, run: &str) -> diagnosis::frame::JobFrame {
+    diagnosis::frame::JobFrame {
+        run: Some(diagnosis::frame::RunRank {
+            run: run.to_owned(),
+            rank: 0,
+            local_rank: Some(0),
+            world_size: Some(2),
+            launcher: "torchrun".to_owned(),
+        }),
+        ..started_at(pid, start, cpu)
+    }
+}
+
+#[test]
+fn a_runs_restart_is_its_recovery_and_loses_the_training_since_the_job_came() {
+    let mut run = Run::default();
+    // 0-10 start-up, 10-200 trains (the first 10 s of work end the start-up).
+    run.feed(0, 10, |t| frame(t, 0.0, vec![rank_of(100, 0.0, 1.0, "r")]));
+    run.feed(10, 200, |t| {
+        frame(t, 0.9, vec![rank_of(100, 0.0, 1.2, "r")])
+    });
+    // Killed: 200-230 the GPU waits for the run's next job.
+    run.feed(200, 230, |t| frame(t, 0.0, vec![]));
+    let s = &run.engine.status()[0];
+    assert_eq!(
+        s.time_held_seconds, 30.0,
+        "the gap is held until the run comes back or not"
+    );
+    let ended = s.last_ended.clone().expect("the job that left");
+    assert_eq!(ended.pid, 100);
+    assert_eq!(ended.run.as_deref(), Some("r"));
+    assert!(
+        (ended.progress_since_checkpoint_seconds - 180.0).abs() <= 2.0,
+        "{ended:?}"
+    );
+    assert!(!ended.restarted);
+    // 230: torchrun starts it again; 230-245 its start-up, then it trains.
+    run.feed(230, 245, |t| {
+        frame(t, 0.0, vec![rank_of(101, 230.0, 1.0, "r")])
+    });
+    run.feed(245, 300, |t| {
+        frame(t, 0.9, vec![rank_of(101, 230.0, 1.2, "r")])
+    });
+    let s = &run.engine.status()[0];
+    // The gap (30 s) and the new job's start-up (15 s idle, 10 s of work).
+    assert_near(&run, TimeState::Recovery, 55.0, 2.0);
+    assert_near(&run, TimeState::NoJob, 0.0, 0.0);
+    assert_near(&run, TimeState::Startup, 20.0, 2.0);
+    assert!(
+        (s.lost_progress_seconds_total - 180.0).abs() <= 2.0,
+        "{s:?}"
+    );
+    assert!(s.last_ended.as_ref().unwrap().restarted);
+    assert!((s.time.total() + s.time_held_seconds - 299.0).abs() < 1e-6);
+    // The restarted job's own ledger starts with its recovery.
+    assert_near_job(&run, 101, TimeState::Recovery, 25.0, 2.0);
+}
+
+#[test]
+fn a_gpu_a_run_left_for_good_is_no_job_time() {
+    let mut run = Run::default();
+    run.feed(0, 60, |t| {
+        frame(t, 0.9, vec![rank_of(100, -600.0, 1.2, "r")])
+    });
+    run.feed(60, 120, |t| frame(t, 0.0, vec![]));
+    // Another run's job comes: the gap was no restart.
+    run.feed(120, 130, |t| {
+        frame(t, 0.9, vec![rank_of(200, 120.0, 1.2, "other")])
+    });
+    assert_near(&run, TimeState::NoJob, 60.0, 1.0);
+    assert_near(&run, TimeState::Recovery, 0.0, 0.0);
+    assert_eq!(run.engine.status()[0].lost_progress_seconds_total, 0.0);
+}
+
+fn assert_near_job(run: &Run, pid: u32, state: TimeState, want: f64, slack: f64) {
+    let s = &run.engine.status()[0];
+    let job = s.jobs.iter().find(|j| j.pid == pid).expect("the job");
+    let got = job.time.seconds(state);
+    assert!(
+        (got - want).abs() <= slack,
+        "{state:?}: {got} s, {want} s expected: {:?}",
+        job.time
+    );
+}

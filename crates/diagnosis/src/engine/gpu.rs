@@ -110,6 +110,14 @@ pub(super) fn observe_gpu(
     let starting = state
         .startup
         .observe(jobs.clone(), judged.all_warming, !idle, t);
+    let run = holders
+        .jobs
+        .iter()
+        .find_map(|j| j.run.as_ref().map(|r| r.run.as_str()));
+    let restart = state.restarts.observe(jobs.clone(), run, t);
+    if !starting {
+        state.restarts.started();
+    }
     let outcome = Outcome {
         fresh: true,
         has_job: !holders.jobs.is_empty(),
@@ -117,8 +125,18 @@ pub(super) fn observe_gpu(
         phase,
         starting,
         idle,
+        run_left: restart.run_left,
+        restarted: restart.restarted,
     };
+    let productive = state.ledger.ledger.seconds(TimeState::Productive);
     state.book(elapsed, dt, Some(&outcome), Some(&jobs));
+    let productive = state.ledger.ledger.seconds(TimeState::Productive) - productive;
+    state.restarts.booked(outcome.state(), productive, t);
+    let (last_checkpoint, since) = state.restarts.progress();
+    for job in &mut state.jobs {
+        job.last_checkpoint = last_checkpoint;
+        job.progress_since_checkpoint_seconds = crate::round::round(since);
+    }
 }
 
 /// The ledger states of the GPU's active episodes.

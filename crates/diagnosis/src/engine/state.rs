@@ -21,7 +21,7 @@ use crate::confirm::Confirmation;
 use crate::evidence::{Evidence, FaultEvidence};
 use crate::frame::GpuFrame;
 
-use crate::ledger::{Booker, Outcome, Startup};
+use crate::ledger::{Booker, Outcome, Restarts, Startup};
 use crate::phase::Phases;
 use crate::stacks::StackReport;
 use crate::status::{JobRef, JobStatus};
@@ -68,6 +68,8 @@ pub(super) struct GpuState {
     /// Where the GPU's time went, and whether its jobs are still starting.
     pub(super) ledger: Booker,
     pub(super) startup: Startup,
+    /// The GPU's jobs across restarts of their run.
+    pub(super) restarts: Restarts,
     /// The last steps between samples (seconds).
     pub(super) steps: VecDeque<f64>,
     /// Each job's own ledger on this GPU, by (pid, start time's bits), for
@@ -103,6 +105,7 @@ impl GpuState {
             phase_held_at: None,
             ledger: Booker::default(),
             startup: Startup::default(),
+            restarts: Restarts::default(),
             steps: VecDeque::with_capacity(STEPS_KEPT),
             job_time: Vec::new(),
         }

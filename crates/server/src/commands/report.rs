@@ -330,6 +330,9 @@ pub fn render(status: &StatusResponse, events: &[Event]) -> String {
         if let Some(line) = time_line(g) {
             let _ = writeln!(out, "  {line}");
         }
+        if let Some(line) = ended_line(g) {
+            let _ = writeln!(out, "  {line}");
+        }
     }
     if !limited {
         for line in privileges.iter().flatten() {
@@ -357,6 +360,32 @@ fn time_line(g: &GpuStatus) -> Option<String> {
         "time watched {}: {}",
         duration(total),
         shares.join(", ")
+    ))
+}
+
+/// The job that left the GPU last, and the training it lost when its run
+/// came back: `last job 4242 (run torchelastic:7) ended: 4m10s trained
+/// since its last checkpoint, lost to the run's restart`.
+fn ended_line(g: &GpuStatus) -> Option<String> {
+    let e = g.last_ended.as_ref()?;
+    let run = e
+        .run
+        .as_deref()
+        .map(|r| format!(" (run {r})"))
+        .unwrap_or_default();
+    let since = match e.last_checkpoint {
+        Some(_) => "since its last checkpoint",
+        None => "and no checkpoint seen",
+    };
+    let fate = if e.restarted {
+        ", lost to the run's restart"
+    } else {
+        ""
+    };
+    Some(format!(
+        "last job {}{run} ended: {} trained {since}{fate}",
+        e.pid,
+        duration(e.progress_since_checkpoint_seconds)
     ))
 }
 
@@ -524,6 +553,24 @@ mod time_tests {
             time_line(&g).unwrap(),
             "time watched 16m40s: 61% productive, 25% startup, 14% input"
         );
+    }
+
+    #[test]
+    fn a_restarted_jobs_lost_training_is_said() {
+        let mut g: GpuStatus = serde_json::from_value(serde_json::json!({
+            "gpu": 0, "uuid": "GPU-0", "verdict": "healthy", "verdict_since": 0.0,
+            "active": [], "jobs": [], "job_idle_seconds_total": 0.0, "kinds": {},
+            "last_ended": {"pid": 4242, "run": "torchelastic:7", "ended": 100.0,
+                           "last_checkpoint": 50.0, "progress_since_checkpoint_seconds": 250.0,
+                           "restarted": true}
+        }))
+        .unwrap();
+        assert_eq!(
+            super::ended_line(&g).unwrap(),
+            "last job 4242 (run torchelastic:7) ended: 4m10s trained since its last checkpoint, lost to the run's restart"
+        );
+        g.last_ended = None;
+        assert_eq!(super::ended_line(&g), None);
     }
 }
 

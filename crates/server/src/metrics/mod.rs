@@ -99,6 +99,7 @@ impl Collector for Part {
             Section::Tail => {
                 verdicts::job_idle(e, diagnosis)?;
                 verdicts::time(e, diagnosis)?;
+                verdicts::lost_progress(e, diagnosis)?;
                 verdicts::phases(e, diagnosis)?;
                 job::encode(e, s, max_processes)?;
                 host::encode(e, &s.host)
@@ -237,6 +238,8 @@ mod tests {
             phase_seconds_total: Default::default(),
             time: Default::default(),
             time_held_seconds: 0.0,
+            lost_progress_seconds_total: 0.0,
+            last_ended: None,
             kinds: Kind::ALL
                 .into_iter()
                 .map(|k| (k, KindCounters::default()))

@@ -99,7 +99,7 @@ pub fn time(e: &mut DescriptorEncoder, gpus: &[GpuStatus]) -> Result<(), std::fm
     counter(
         e,
         "stallwatch_gpu_time",
-        "The GPU's watched time booked by cause, each sampled interval to exactly one state (no_job, unknown, startup, compiling, checkpointing, input, hung, fault, idle, productive; docs/goodput.md); the states of a GPU add up to the time the daemon watched it, less a run of samples still being judged (at most 5 minutes).",
+        "The GPU's watched time booked by cause, each sampled interval to exactly one state (no_job, unknown, startup, compiling, checkpointing, input, hung, fault, idle, productive, recovery; docs/goodput.md); the states of a GPU add up to the time the daemon watched it, less a run of samples still being judged (at most 5 minutes).",
         Some(&Unit::Seconds),
         gpus.iter().flat_map(|g| {
             let l = labels(g);
@@ -107,6 +107,18 @@ pub fn time(e: &mut DescriptorEncoder, gpus: &[GpuStatus]) -> Result<(), std::fm
                 .iter()
                 .map(move |(state, seconds)| (l.with("state", state.as_str()), seconds))
         }),
+    )
+}
+
+/// Training lost to restarts on each GPU.
+pub fn lost_progress(e: &mut DescriptorEncoder, gpus: &[GpuStatus]) -> Result<(), std::fmt::Error> {
+    counter(
+        e,
+        "stallwatch_gpu_lost_progress",
+        "Productive seconds lost to restarts: when a job comes back on the GPU under the run id of the job that left it, that job's productive seconds since its last checkpoint seen by the daemon (since it came when none was seen).",
+        Some(&Unit::Seconds),
+        gpus.iter()
+            .map(|g| (labels(g), g.lost_progress_seconds_total)),
     )
 }
 

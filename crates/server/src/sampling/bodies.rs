@@ -316,6 +316,8 @@ mod tests {
             phase_seconds_total: Default::default(),
             time: Default::default(),
             time_held_seconds: 0.0,
+            lost_progress_seconds_total: 0.0,
+            last_ended: None,
             kinds: Kind::ALL
                 .into_iter()
                 .map(|k| {
