@@ -33,7 +33,8 @@ pub enum Command {
     Stacks(StacksArgs),
     /// One answer per distributed run, from the fleet's Prometheus: which rank
     /// holds it back, and why (exit 0: every run healthy, 1: a run has a
-    /// straggler, stalls or hangs, 2: error).
+    /// straggler, stalls or hangs, 2: error); `fleet goodput`: where the
+    /// fleet's GPU-hours went.
     Fleet(FleetArgs),
     /// The contained reader of jobs' Python stacks, started by the other
     /// commands; not for use by hand.
@@ -42,27 +43,14 @@ pub enum Command {
 }
 
 #[derive(Debug, Clone, Args)]
+#[command(subcommand_negates_reqs = true)]
 pub struct FleetArgs {
+    #[command(subcommand)]
+    pub command: Option<FleetCommand>,
     /// Only this run (as in `stallwatch_job_rank_info{run}`).
     pub run: Option<String>,
-    /// The Prometheus that evaluates the run rules (deploy/prometheus/stallwatch.runs.yml).
-    #[arg(long, value_name = "URL")]
-    pub prometheus: String,
-    /// Basic auth user for Prometheus (with --password-file).
-    #[arg(long, value_name = "USER")]
-    pub user: Option<String>,
-    /// File holding the basic auth password.
-    #[arg(long, value_name = "PATH")]
-    pub password_file: Option<PathBuf>,
-    /// PEM CA certificates to verify Prometheus and the daemons over https.
-    #[arg(long, value_name = "PATH")]
-    pub ca_file: Option<PathBuf>,
-    /// PEM client certificate (with --key-file), for servers that require one.
-    #[arg(long, value_name = "PATH")]
-    pub cert_file: Option<PathBuf>,
-    /// PEM key of the client certificate.
-    #[arg(long, value_name = "PATH")]
-    pub key_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub prometheus: PrometheusArgs,
     /// Port of the daemons, asked for a culprit's own evidence (its hint and
     /// Python stacks) at `instance`.
     #[arg(long, value_name = "PORT", default_value_t = 9847)]
@@ -73,12 +61,72 @@ pub struct FleetArgs {
     /// Do not ask the culprits' daemons.
     #[arg(long)]
     pub no_daemons: bool,
-    /// Longest wait for one answer.
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
-    pub timeout: Duration,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum FleetCommand {
+    /// Where the fleet's GPU-hours went over a range, from the hourly
+    /// recording rules: the productive share (goodput), the rest by state,
+    /// and the runs, namespaces, users or hosts that lost the most (exit 0:
+    /// answered, 1: no hourly series in the range yet, 2: error).
+    Goodput(Box<GoodputArgs>),
+}
+
+/// How to reach the fleet's Prometheus.
+#[derive(Debug, Clone, Args)]
+pub struct PrometheusArgs {
+    /// The Prometheus that evaluates the rules (the run rules of
+    /// deploy/prometheus/stallwatch.runs.yml; for `goodput`, the hourly rules).
+    #[arg(long, value_name = "URL", required = true)]
+    pub prometheus: Option<String>,
+    /// Basic auth user for Prometheus (with --password-file).
+    #[arg(long, value_name = "USER")]
+    pub user: Option<String>,
+    /// File holding the basic auth password.
+    #[arg(long, value_name = "PATH")]
+    pub password_file: Option<PathBuf>,
+    /// PEM CA certificates to verify Prometheus (and the daemons) over https.
+    #[arg(long, value_name = "PATH")]
+    pub ca_file: Option<PathBuf>,
+    /// PEM client certificate (with --key-file), for servers that require one.
+    #[arg(long, value_name = "PATH")]
+    pub cert_file: Option<PathBuf>,
+    /// PEM key of the client certificate.
+    #[arg(long, value_name = "PATH")]
+    pub key_file: Option<PathBuf>,
+    /// Longest wait for one answer.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct GoodputArgs {
+    /// What to rank by lost GPU-hours: runs (their own ledger, with the
+    /// time their ranks waited for a straggler), namespaces, users or hosts.
+    #[arg(long, value_enum, default_value_t = GoodputBy::Namespace)]
+    pub by: GoodputBy,
+    /// How far back: the hours up to now.
+    #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = humantime::parse_duration)]
+    pub since: Duration,
+    /// How many runs, namespaces, users or hosts to list.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub top: usize,
+    #[command(flatten)]
+    pub prometheus: PrometheusArgs,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum GoodputBy {
+    Run,
+    Namespace,
+    User,
+    Instance,
 }
 
 #[derive(Debug, Clone, Args)]

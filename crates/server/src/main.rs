@@ -4,7 +4,9 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use stallwatch::cli;
-use stallwatch::commands::{check, fleet, run, stacks as stacks_cmd, status as status_cmd};
+use stallwatch::commands::{
+    check, fleet, goodput, run, stacks as stacks_cmd, status as status_cmd,
+};
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
@@ -14,6 +16,10 @@ fn main() -> ExitCode {
         Some(cli::Command::Check(args)) => check::main(args),
         Some(cli::Command::Status(args)) => status_cmd::main(args),
         Some(cli::Command::Stacks(args)) => stacks_cmd::main(args),
+        Some(cli::Command::Fleet(cli::FleetArgs {
+            command: Some(cli::FleetCommand::Goodput(args)),
+            ..
+        })) => goodput::main(*args),
         Some(cli::Command::Fleet(args)) => fleet::main(args),
         Some(cli::Command::StackReader(args)) => stallwatch::contained::child::main(args),
     }

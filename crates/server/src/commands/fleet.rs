@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use serde::Serialize;
 
-use crate::cli::FleetArgs;
+use crate::cli::{FleetArgs, PrometheusArgs};
 use crate::commands::check::{EXIT_ERROR, EXIT_FOUND};
 use crate::fleet::model::{self, Culprit, Run, State};
 use crate::fleet::prometheus::{Client, Settings};
@@ -109,22 +109,32 @@ pub fn render(runs: &[Run], now: f64) -> String {
     out
 }
 
+/// A client of the fleet's Prometheus, and of the daemons at `daemon_scheme`
+/// and `daemon_port`.
+pub fn client(p: &PrometheusArgs, daemon_scheme: &str, daemon_port: u16) -> Result<Client, String> {
+    let prometheus = p
+        .prometheus
+        .as_deref()
+        .ok_or("--prometheus URL is required")?;
+    Client::new(&Settings {
+        prometheus,
+        user: p.user.as_deref(),
+        password_file: p.password_file.as_deref(),
+        ca_file: p.ca_file.as_deref(),
+        cert_file: p.cert_file.as_deref(),
+        key_file: p.key_file.as_deref(),
+        daemon_scheme,
+        daemon_port,
+        timeout: p.timeout,
+    })
+}
+
 pub fn main(args: FleetArgs) -> ExitCode {
     if !matches!(args.daemon_scheme.as_str(), "http" | "https") {
         eprintln!("stallwatch: --daemon-scheme must be http or https");
         return ExitCode::from(EXIT_ERROR);
     }
-    let client = match Client::new(&Settings {
-        prometheus: &args.prometheus,
-        user: args.user.as_deref(),
-        password_file: args.password_file.as_deref(),
-        ca_file: args.ca_file.as_deref(),
-        cert_file: args.cert_file.as_deref(),
-        key_file: args.key_file.as_deref(),
-        daemon_scheme: &args.daemon_scheme,
-        daemon_port: args.daemon_port,
-        timeout: args.timeout,
-    }) {
+    let client = match client(&args.prometheus, &args.daemon_scheme, args.daemon_port) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("stallwatch: {e}");

@@ -1,8 +1,9 @@
-//! What each `stallwatch` command does (`run`, `check`, `status`, `stacks`, `fleet`), and the
-//! terminal report they print. The arguments are in `crate::cli`.
+//! What each `stallwatch` command does (`run`, `check`, `status`, `stacks`, `fleet`,
+//! `fleet goodput`), and the terminal report they print. The arguments are in `crate::cli`.
 
 pub mod check;
 pub mod fleet;
+pub mod goodput;
 pub mod report;
 pub mod run;
 pub mod stacks;

@@ -1,0 +1,127 @@
+//! `stallwatch fleet goodput [--by run|namespace|user|instance] [--since 7d]
+//! --prometheus URL`: where the fleet's GPU-hours went, from the hourly rules.
+
+use std::io::Write as _;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use crate::cli::{GoodputArgs, GoodputBy};
+use crate::commands::check::{EXIT_ERROR, EXIT_FOUND};
+use crate::commands::fleet::client;
+use crate::fleet::goodput::{self, Answers, By};
+use crate::fleet::prometheus::Client;
+
+/// The shortest range: the rules record one sample an hour.
+const SHORTEST: Duration = Duration::from_secs(3600);
+
+/// A range as people write it: `7d`, `36h`, `90m`.
+fn range_words(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        s if s % 86_400 == 0 => format!("{}d", s / 86_400),
+        s if s % 3600 == 0 => format!("{}h", s / 3600),
+        s if s % 60 == 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
+}
+
+fn by(b: GoodputBy) -> By {
+    match b {
+        GoodputBy::Run => By::Run,
+        GoodputBy::Namespace => By::Namespace,
+        GoodputBy::User => By::User,
+        GoodputBy::Instance => By::Instance,
+    }
+}
+
+/// The answer as text or JSON, or None when no hourly series lies in the range.
+fn answer(
+    client: &Client,
+    by: By,
+    since: Duration,
+    top: usize,
+    json: bool,
+) -> Result<Option<String>, String> {
+    let range_s = since.as_secs();
+    let time = client.query(&by.query(range_s))?;
+    if time.is_empty() {
+        return Ok(None);
+    }
+    let hours_recorded = client
+        .query(&by.hours_query(range_s))?
+        .first()
+        .map_or(0, |s| s.value.max(0.0) as u64);
+    let lost_progress = if by == By::Run {
+        client.query(&goodput::lost_progress_query(range_s))?
+    } else {
+        Vec::new()
+    };
+    let since_words = range_words(since);
+    let Some(g) = goodput::goodput(&Answers {
+        by,
+        since: &since_words,
+        range_seconds: range_s,
+        hours_recorded,
+        time: &time,
+        lost_progress: &lost_progress,
+        top,
+    }) else {
+        return Ok(None);
+    };
+    if json {
+        serde_json::to_string_pretty(&g)
+            .map(|t| Some(t + "\n"))
+            .map_err(|e| e.to_string())
+    } else {
+        Ok(Some(goodput::render(&g)))
+    }
+}
+
+pub fn main(args: GoodputArgs) -> ExitCode {
+    if args.since < SHORTEST {
+        eprintln!(
+            "stallwatch: --since {}: give 1h or more (the rules record one sample an hour)",
+            humantime::format_duration(args.since)
+        );
+        return ExitCode::from(EXIT_ERROR);
+    }
+    let client = match client(&args.prometheus, "http", 9847) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("stallwatch: {e}");
+            return ExitCode::from(EXIT_ERROR);
+        }
+    };
+    let by = by(args.by);
+    match answer(&client, by, args.since, args.top, args.json) {
+        Ok(Some(text)) => {
+            let _ = std::io::stdout().lock().write_all(text.as_bytes());
+            ExitCode::SUCCESS
+        }
+        Ok(None) => {
+            let url = args.prometheus.prometheus.as_deref().unwrap_or_default();
+            eprint!(
+                "stallwatch: {}",
+                goodput::nothing_recorded(by, &range_words(args.since), url)
+            );
+            ExitCode::from(EXIT_FOUND)
+        }
+        Err(e) => {
+            eprintln!("stallwatch: {e}");
+            ExitCode::from(EXIT_ERROR)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_read_as_written() {
+        assert_eq!(range_words(Duration::from_secs(7 * 86_400)), "7d");
+        assert_eq!(range_words(Duration::from_secs(36 * 3600)), "36h");
+        assert_eq!(range_words(Duration::from_secs(90 * 60)), "90m");
+        assert_eq!(range_words(Duration::from_secs(3601)), "3601s");
+    }
+}
