@@ -48,7 +48,7 @@ fn answer(
         return Ok(None);
     }
     let hours_recorded = client
-        .query(&by.hours_query(range_s))?
+        .query(&goodput::hours_query(range_s))?
         .first()
         .map_or(0, |s| s.value.max(0.0) as u64);
     let lost_progress = if by == By::Run {

@@ -71,15 +71,13 @@ impl By {
             self.metric()
         )
     }
+}
 
-    /// The most hourly samples one series has over `range_s`: how many of
-    /// the range's hours the rules have recorded.
-    pub fn hours_query(self, range_s: u64) -> String {
-        format!(
-            "max(count_over_time({}{{state=\"{PRODUCTIVE}\"}}[{range_s}s]))",
-            self.metric()
-        )
-    }
+/// How many hours of `range_s` the hourly rules have recorded: the most
+/// samples of one host's hourly total (a series that owners coming and
+/// going do not break).
+pub fn hours_query(range_s: u64) -> String {
+    format!("max(count_over_time(instance:stallwatch_gpu_time_seconds:increase1h[{range_s}s]))")
 }
 
 /// The runs' progress lost to crashes and restarts, in GPU-seconds, over `range_s`.

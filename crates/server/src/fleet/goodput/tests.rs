@@ -41,8 +41,8 @@ fn queries_read_the_hourly_rules_over_the_range() {
         "sum by (run, state, cause) (sum_over_time(run_state:stallwatch_gpu_time_seconds:increase1h[3600s]))"
     );
     assert_eq!(
-        By::Instance.hours_query(86_400),
-        "max(count_over_time(instance_namespace_user_run_state:stallwatch_gpu_time_seconds:increase1h{state=\"productive\"}[86400s]))"
+        hours_query(86_400),
+        "max(count_over_time(instance:stallwatch_gpu_time_seconds:increase1h[86400s]))"
     );
     assert!(
         lost_progress_query(60)
