@@ -2,7 +2,8 @@
 variables in its environment, as `stallwatch_job_rank_info` and in
 /api/v1/status; bad input makes no rank, says why, and nothing else of the
 environment is ever shown. Then a hung run's one notification through the real
-Alertmanager, and the run rules in VictoriaMetrics (the run scenarios with real
+Alertmanager, a run's ledger (its wait for a straggler, a rank's restart), and the run
+rules in VictoriaMetrics (the run scenarios with real
 ranks are in test_run_scenarios.py)."""
 
 import http.server
@@ -11,8 +12,10 @@ import os
 import resource
 import signal
 import subprocess
+import sys
 import threading
 import time
+import urllib.parse
 
 import pytest
 import yaml
@@ -20,6 +23,9 @@ import yaml
 from daemon import ROOT, free_port, gpu, http_get, kill_group
 from fleet_hosts import HANG_FAST, Hosts, fleet, prometheus_config, scaled, scaled_rules, wait_firing
 from prometheus_server import PrometheusServer
+from test_diagnosis import FAST
+from test_jobs import SPINNER
+from test_prometheus import query, wait_query
 
 SECRET = "hunter2-do-not-show"
 
@@ -212,6 +218,90 @@ def test_a_hung_run_names_its_suspect_in_one_notification(daemon_factory, tmp_pa
     finally:
         for p, log in jobs:
             os.kill(p.pid, signal.SIGCONT)
+            kill_group(p)
+            log.close()
+
+
+
+def test_a_runs_ledger_books_the_wait_for_its_straggler_and_a_restart(daemon_factory, tmp_path):
+    """Three hosts, run slurm:650.0: ranks 0 and 1 make progress on busy GPUs (waiting in
+    the collective), rank 2 is a real process whose one thread is pinned while its GPU
+    idles (starved of input). The run's ledger books ranks 0 and 1's time to
+    waiting_for_peers with rank 2's own kind, rank 2's time to its own input; then rank 0
+    is killed and started again with the same environment (a new pid on the same GPU),
+    and the run's ledger shows its recovery."""
+    run = "slurm:650.0"
+    hosts = Hosts(daemon_factory, 3, config=FAST)
+    procs = []
+
+    def rank(i, argv):
+        env = dict(os.environ, SLURM_JOB_ID="650", SLURM_STEP_ID="0", SLURM_PROCID=str(i), SLURM_LOCALID="0",
+                   SLURM_NTASKS="3", SLURM_NODEID=str(i))
+        log = open(tmp_path / f"rank{i}.{len(procs)}.log", "w")
+        p = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        procs.append((p, log))
+        return p
+
+    def hold(i, p, **state):
+        processes = [{"pid": p.pid, "used_memory_bytes": 2**30}] if p else []
+        hosts.daemons[i].set_scenario({"gpus": [gpu(0, **state, processes=processes)]})
+
+    waiting = {"utilization_gpu": 100, "power_mw": 190000}
+    progress = ["sh", "-c", "while :; do echo step; sleep 0.2; done"]
+    server = None
+    try:
+        for i in (0, 1):
+            hold(i, rank(i, progress), **waiting)
+        hold(2, rank(2, [sys.executable, str(SPINNER)]), utilization_gpu=1, power_mw=90000)
+        # The shipped rules, windows and `for:` divided by 30 like the daemons' (fleet_hosts.py).
+        server = PrometheusServer(tmp_path, prometheus_config(hosts.targets(), scaled_rules(tmp_path)))
+        def ledger(state):
+            return f'run_state:stallwatch_gpu_time_seconds:rate5m{{run="{run}",state="{state}"}}'
+
+        # Until rank 2's daemon names its kind (its window and enter time), the run waits
+        # for a slow rank; then for the kind: starved, or what starves it (the pinned
+        # thread, the host's CPU).
+        input_kinds = "input_starved|single_thread_bound|cpu_saturated"
+        (booked,) = wait_query(
+            server.url,
+            f'run_state:stallwatch_gpu_time_seconds:rate5m{{run="{run}",state="waiting_for_peers",cause=~"{input_kinds}"}} > 0',
+            timeout=90)
+        assert set(booked["metric"]) == {"__name__", "run", "state", "cause"}, booked
+        kinds = {k["metric"]["kind"] for k in query(
+            server.url, f'instance_gpu_run_rank:stallwatch_gpu_stall_active:max{{run="{run}",rank="2"}}')}
+        assert booked["metric"]["cause"] in kinds, (booked, kinds)
+        # Only the two waiting ranks wait; the straggler's time is its own.
+        waiters = query(server.url, f'instance_gpu_run_rank_state:stallwatch_gpu_waiting_for_peers_seconds:rate5m{{run="{run}"}}')
+        assert {w["metric"]["rank"] for w in waiters} == {"0", "1"}, waiters
+        wait_query(server.url, f'{ledger("input")} > 0')
+        # Every second once: what the run books waiting is what its waiting ranks' GPUs
+        # booked, at one evaluation of the run rules (read at its time).
+        (at,) = query(server.url, f'timestamp({ledger("input")})')
+
+        def at_once(expr):
+            status, _, body = http_get(server.url + "/api/v1/query?" + urllib.parse.urlencode(
+                {"query": expr, "time": at["value"][1]}))
+            assert status == 200, body
+            return [float(x["value"][1]) for x in json.loads(body)["data"]["result"]]
+
+        waited = at_once(f'sum({ledger("waiting_for_peers")})')
+        assert waited and waited == pytest.approx(at_once(
+            f'sum(instance_gpu_run_rank_state:stallwatch_gpu_waiting_for_peers_seconds:rate5m{{run="{run}"}})')), at
+
+        # Rank 0 killed; its GPU empty for 2 s; the same rank started again on it.
+        first, _ = procs[0]
+        kill_group(first)
+        hold(0, None, utilization_gpu=0)
+        time.sleep(2)
+        hold(0, rank(0, progress), **waiting)
+        recovery = wait_query(server.url, f'{ledger("recovery")} > 0', timeout=60)
+        assert [r["metric"].get("cause") for r in recovery] == [None], recovery
+        back = wait_query(server.url, f'instance_gpu_run_rank_state:stallwatch_gpu_time_seconds:rate5m{{run="{run}",state="recovery"}} > 0')
+        assert {(b["metric"]["rank"], b["metric"]["instance"]) for b in back} == {("0", "127.0.0.2")}, back
+    finally:
+        if server:
+            server.stop()
+        for p, log in procs:
             kill_group(p)
             log.close()
 
