@@ -12,8 +12,9 @@ owner of its GPUs, the GPU-seconds of every state (zeros too), as
 records the sum over its hosts, with part of its productive time booked to
 `waiting_for_peers` with its straggler's kind when it has one
 (`run_state:stallwatch_gpu_time_seconds:increase1h`), and its lost progress when it
-restarted (`run:stallwatch_gpu_lost_progress_seconds:increase1h`). Each host records its
-hour's total (`instance:stallwatch_gpu_time_seconds:increase1h`).
+restarted (`run:stallwatch_gpu_lost_progress_seconds:increase1h`). The coarser hourly sums
+are written too: each host's by state (`instance_state:...`) and each owner's over its
+hosts (`namespace_user_run_state:...`).
 """
 
 import random
@@ -30,7 +31,8 @@ CAUSES = ["input_bound", "input_starved", "single_thread_bound", "io_bound", "sl
 HOST_RULE = "instance_namespace_user_run_state:stallwatch_gpu_time_seconds:increase1h"
 RUN_RULE = "run_state:stallwatch_gpu_time_seconds:increase1h"
 PROGRESS_RULE = "run:stallwatch_gpu_lost_progress_seconds:increase1h"
-HOURS_RULE = "instance:stallwatch_gpu_time_seconds:increase1h"
+INSTANCE_RULE = "instance_state:stallwatch_gpu_time_seconds:increase1h"
+OWNER_RULE = "namespace_user_run_state:stallwatch_gpu_time_seconds:increase1h"
 
 
 class Truth:
@@ -95,7 +97,8 @@ class Fleet:
         self.host_series = defaultdict(dict)
         self.run_series = defaultdict(dict)
         self.progress_series = defaultdict(dict)
-        self.hours_series = defaultdict(dict)
+        self.instance_series = defaultdict(dict)
+        self.owner_series = defaultdict(dict)
         self.runs = 0
         names = [f"gpu-node-{i:04d}" for i in range(hosts)]
         i = 0
@@ -170,21 +173,27 @@ class Fleet:
             labels = (("instance", name),) + tuple(sorted(owner.items())) + (("state", s),)
             series = self.host_series[labels]
             series[k] = series.get(k, 0) + v
-            total = self.hours_series[(("instance", name),)]
-            total[k] = total.get(k, 0) + v
+            for table, key in ((self.instance_series, (("instance", name), ("state", s))),
+                               (self.owner_series, tuple(sorted(owner.items())) + (("state", s),))):
+                table[key][k] = table[key].get(k, 0) + v
             for by in ("namespace", "user", "instance"):
                 group = name if by == "instance" else owner.get(by)
                 self.truth.by[by][group][(s, None)] += v
 
     def series_count(self):
-        """Series of the hosts' rules (by owner and state, and their totals), and of the runs'."""
-        return len(self.host_series) + len(self.hours_series), len(self.run_series) + len(self.progress_series)
+        """Series of the hosts' rules (each host's by owner, each host's, each owner's), and of the runs'."""
+        return (len(self.host_series) + len(self.instance_series) + len(self.owner_series),
+                len(self.run_series) + len(self.progress_series))
+
+    def tables(self):
+        return ((HOST_RULE, self.host_series), (INSTANCE_RULE, self.instance_series),
+                (OWNER_RULE, self.owner_series), (RUN_RULE, self.run_series),
+                (PROGRESS_RULE, self.progress_series))
 
     def write_openmetrics(self, path):
         """All series, each with its samples in time order, ending in # EOF."""
         with open(path, "w") as out:
-            for metric, table in ((HOST_RULE, self.host_series), (HOURS_RULE, self.hours_series),
-                                  (RUN_RULE, self.run_series), (PROGRESS_RULE, self.progress_series)):
+            for metric, table in self.tables():
                 out.write(f"# TYPE {metric} gauge\n")
                 for labels, values in table.items():
                     text = ",".join(f'{k}="{v}"' for k, v in labels)
@@ -202,3 +211,55 @@ def backfill(openmetrics, tsdb):
     r = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", "--max-block-duration=24h",
                         str(openmetrics), str(tsdb)], capture_output=True, text=True, timeout=3600)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def _close(a, b):
+    if a is None or b is None:
+        return a is b
+    return abs(a - b) <= 1e-9 * max(1.0, abs(a), abs(b))
+
+
+def check(got, fleet, by, hours=168):
+    """What in `stallwatch fleet goodput --json --by BY` differs from the truth (an empty
+    list when nothing does): the fleet's GPU-hours, goodput, ETTR and lost GPU-hours, every
+    state (a run's waits for peers by cause), and the groups listed, in order, with their
+    GPU-hours, lost GPU-hours, main lost state and, for runs, lost progress."""
+    truth = fleet.truth
+    whole = truth.summary(truth.fleet(by))
+    problems = []
+
+    def differ(what, a, b):
+        if not _close(a, b):
+            problems.append(f"{what}: {a} where the truth is {b}")
+
+    if got["hours_recorded"] != hours:
+        problems.append(f"hours_recorded: {got['hours_recorded']} where the truth is {hours}")
+    for key in ("gpu_hours", "goodput", "ettr", "lost_gpu_hours"):
+        differ(key, got.get(key), whole[key])
+    states = {(s["state"], s.get("cause")): s["gpu_hours"] for s in got["states"]}
+    expected = {(s, None): 0.0 for s in STATES}
+    expected.update({k: v / 3600 for k, v in truth.fleet(by).items()})
+    if by == "run" and not any(s == WAITING for s, _ in expected):
+        expected[(WAITING, None)] = 0.0
+    if set(states) != set(expected):
+        problems.append(f"states: {sorted(states, key=str)} where the truth has {sorted(expected, key=str)}")
+    for key in set(states) & set(expected):
+        differ(f"state {key}", states[key], expected[key])
+    ranked = truth.ranked(by)
+    if got["groups_total"] != len(ranked):
+        problems.append(f"groups_total: {got['groups_total']} where the truth has {len(ranked)}")
+    names = [g["name"] for g in got["groups"]]
+    if names != [name for name, _ in ranked[:len(names)]]:
+        problems.append(f"groups: {names} where the truth ranks {[n for n, _ in ranked[:len(names)]]}")
+    for g, (name, want) in zip(got["groups"], ranked):
+        differ(f"{name} gpu_hours", g["gpu_hours"], want["gpu_hours"])
+        differ(f"{name} lost_gpu_hours", g["lost_gpu_hours"], want["lost_gpu_hours"])
+        main = g.get("main_lost")
+        if (main and (main["state"], main.get("cause"))) != want["main_lost"]:
+            problems.append(f"{name} main_lost: {main} where the truth is {want['main_lost']}")
+        if by == "run":
+            differ(f"{name} lost progress", g.get("lost_progress_gpu_hours", 0.0),
+                   truth.lost_progress.get(name, 0.0) / 3600)
+    if by == "run":
+        differ("lost_progress_gpu_hours", got["lost_progress_gpu_hours"], sum(truth.lost_progress.values()) / 3600)
+    return problems

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from daemon import BINARY, free_port, http_get
-from goodput_fleet import STATES, WAITING, Fleet, backfill
+from goodput_fleet import STATES, WAITING, Fleet, backfill, check
 from prometheus_server import PrometheusServer
 
 HOSTS = 20
@@ -55,46 +55,21 @@ def answer(url, by):
     return json.loads(r.stdout)
 
 
-def approx(v):
-    return pytest.approx(v, rel=1e-9, abs=1e-9)
-
-
 @pytest.mark.parametrize("by", ["namespace", "user", "instance", "run"])
 def test_json_is_the_fleets_truth(served, by):
     fleet, url = served
     got = answer(url, by)
-    truth = fleet.truth
-    whole = truth.summary(truth.fleet(by))
     assert got["by"] == by and got["since"] == SINCE
-    assert got["hours_recorded"] == 168
-    assert got["gpu_hours"] == approx(whole["gpu_hours"])
-    assert got["goodput"] == approx(whole["goodput"])
-    assert got["ettr"] == approx(whole["ettr"])
-    assert got["lost_gpu_hours"] == approx(whole["lost_gpu_hours"])
-    if by != "run":
-        # Every host's 8 GPUs, every hour of the week.
-        assert got["gpu_hours"] == approx(HOSTS * 8 * 168)
-    # Every state, even at zero; a run's waits for peers by cause.
-    states = {(s["state"], s.get("cause")): s["gpu_hours"] for s in got["states"]}
-    expected = {(s, None): 0.0 for s in STATES}
-    expected.update({k: v / 3600 for k, v in truth.fleet(by).items()})
-    if by == "run":
-        assert any(s == WAITING for s, _ in expected), "the simulation has no straggler"
-    assert states == {k: approx(v) for k, v in expected.items()}
+    # Every GPU-hour, every state (a run's waits for peers by cause), every group in order.
+    assert check(got, fleet, by) == []
     assert got["states"][0]["state"] == "productive"
-    # Every group, the most lost first, with its main lost state.
-    ranked = truth.ranked(by)
-    assert got["groups_total"] == len(ranked)
-    assert [g["name"] for g in got["groups"]] == [name for name, _ in ranked]
-    for g, (name, want) in zip(got["groups"], ranked):
-        assert g["gpu_hours"] == approx(want["gpu_hours"]), name
-        assert g["lost_gpu_hours"] == approx(want["lost_gpu_hours"]), name
-        main = g.get("main_lost")
-        assert (main and (main["state"], main.get("cause"))) == want["main_lost"], name
-        if by == "run":
-            assert g.get("lost_progress_gpu_hours", 0) == approx(truth.lost_progress.get(name, 0) / 3600), name
+    assert len(got["groups"]) == got["groups_total"]
     if by == "run":
-        assert got["lost_progress_gpu_hours"] == approx(sum(truth.lost_progress.values()) / 3600)
+        assert any(s["state"] == WAITING and s["gpu_hours"] > 0 for s in got["states"]), "no straggler simulated"
+        assert any(g.get("lost_progress_gpu_hours", 0) > 0 for g in got["groups"]), "no restart simulated"
+    else:
+        # Every host's 8 GPUs, every hour of the week.
+        assert got["gpu_hours"] == pytest.approx(HOSTS * 8 * 168)
 
 
 def test_table_names_the_teams_that_lost_most(served):

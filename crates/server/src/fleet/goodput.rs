@@ -54,11 +54,16 @@ impl By {
     }
 
     /// The hourly rule it reads: the runs' own (with `waiting_for_peers`),
-    /// else the hosts'.
+    /// each owner's over its hosts, or each host's. Each has a few series
+    /// per run, owner or host, however often a host's owners change: a week
+    /// of the per-host, per-owner rule holds many more.
     pub fn metric(self) -> &'static str {
         match self {
             By::Run => "run_state:stallwatch_gpu_time_seconds:increase1h",
-            _ => "instance_namespace_user_run_state:stallwatch_gpu_time_seconds:increase1h",
+            By::Namespace | By::User => {
+                "namespace_user_run_state:stallwatch_gpu_time_seconds:increase1h"
+            }
+            By::Instance => "instance_state:stallwatch_gpu_time_seconds:increase1h",
         }
     }
 
@@ -74,10 +79,11 @@ impl By {
 }
 
 /// How many hours of `range_s` the hourly rules have recorded: the most
-/// samples of one host's hourly total (a series that owners coming and
-/// going do not break).
+/// samples of one host's series (owners coming and going do not break them).
 pub fn hours_query(range_s: u64) -> String {
-    format!("max(count_over_time(instance:stallwatch_gpu_time_seconds:increase1h[{range_s}s]))")
+    format!(
+        "max(count_over_time(instance_state:stallwatch_gpu_time_seconds:increase1h{{state=\"{PRODUCTIVE}\"}}[{range_s}s]))"
+    )
 }
 
 /// The runs' progress lost to crashes and restarts, in GPU-seconds, over `range_s`.
