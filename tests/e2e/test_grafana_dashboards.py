@@ -8,6 +8,7 @@ import functools
 import json
 import re
 import subprocess
+import urllib.parse
 
 import pytest
 from jsonschema import Draft7Validator
@@ -66,8 +67,10 @@ def test_dashboard_follows_grafanas_schema(path):
     assert not found, "\n".join(found)
 
 
-def test_there_are_three_dashboards():
-    assert [p.name for p in DASHBOARDS] == ["stallwatch-fleet.json", "stallwatch-host.json", "stallwatch-run.json"]
+def test_there_are_four_dashboards():
+    assert [p.name for p in DASHBOARDS] == [
+        "stallwatch-fleet.json", "stallwatch-gpu-hours.json", "stallwatch-host.json", "stallwatch-run.json",
+    ]
 
 
 def first(dashboard, panel_type):
@@ -199,12 +202,72 @@ def test_queries_use_documented_metrics_and_the_datasource_variable():
     assert bad == []
 
 
-def test_fleet_dashboard_reads_only_recording_rules():
-    """At 10,000 GPUs the fleet view must not touch per-GPU series; the one raw
-    metric it reads, job info, is cut down to stalled jobs on the server."""
-    fleet = load_dashboard(next(p for p in DASHBOARDS if p.name == "stallwatch-fleet.json"))
-    raw = {n for _, t in targets(fleet) for n in METRIC.findall(t["expr"]) if ":" not in n}
-    assert raw <= {"stallwatch_job_info"}
+# The raw series each fleet-wide view may read: the fleet's one, job info, is cut
+# down to stalled jobs on the server.
+FLEET_VIEWS = {"stallwatch-fleet.json": {"stallwatch_job_info"}, "stallwatch-gpu-hours.json": set()}
+
+
+@pytest.mark.parametrize("name", FLEET_VIEWS)
+def test_fleet_views_read_only_recording_rules(name):
+    """At 10,000 GPUs the fleet views must not touch per-GPU series."""
+    dashboard = load_dashboard(next(p for p in DASHBOARDS if p.name == name))
+    raw = {n for _, t in targets(dashboard) for n in METRIC.findall(t["expr"]) if ":" not in n}
+    assert raw <= FLEET_VIEWS[name]
+
+
+def dashboard(name):
+    return load_dashboard(next(p for p in DASHBOARDS if p.name == name))
+
+
+def variable_names(d):
+    return {v["name"] for v in d["templating"]["list"]}
+
+
+def data_links(d):
+    """(panel, link) for each link on a table column or a value."""
+    for panel in panels(d):
+        for override in panel["fieldConfig"].get("overrides", []):
+            for prop in override["properties"]:
+                if prop["id"] == "links":
+                    for link in prop["value"]:
+                        yield panel, link
+
+
+def test_links_open_a_dashboard_with_the_variables_they_set():
+    """A click on a host or a run in a table opens that one's dashboard with it chosen:
+    the uid exists and has every variable the link sets."""
+    by_uid = {d["uid"]: d for d in map(load_dashboard, DASHBOARDS)}
+    bad, seen = [], 0
+    for d in by_uid.values():
+        for panel, link in data_links(d):
+            where = f"{d['uid']} / {panel['title']}: {link['url']}"
+            url = urllib.parse.urlsplit(link["url"])
+            m = re.fullmatch(r"/d/([\w-]+)/[\w-]+", url.path)
+            target = by_uid.get(m[1]) if m else None
+            if target is None:
+                bad.append(f"{where}: no such dashboard")
+                continue
+            seen += 1
+            sets = {p.split("=")[0][len("var-"):] for p in url.query.split("&") if p.startswith("var-")}
+            if sets - variable_names(target):
+                bad.append(f"{where}: {target['uid']} has no variable {sorted(sets - variable_names(target))}")
+    assert not bad, "\n".join(bad)
+    assert seen >= 4
+
+
+@pytest.mark.parametrize("source, variable", [("stallwatch-host.json", "instance"), ("stallwatch-run.json", "run")])
+def test_host_and_run_dashboards_link_to_gpu_hours_and_back(source, variable):
+    """The host's (the run's) dashboard opens the GPU-hours one with its host (run)
+    chosen, where that variable filters the panels; the GPU-hours tables open the host's
+    (run's) dashboard for a row."""
+    d, gpu_hours = dashboard(source), dashboard("stallwatch-gpu-hours.json")
+    [link] = [l for l in d["links"] if l["type"] == "link" and l["url"].startswith(f"/d/{gpu_hours['uid']}/")]
+    assert link["includeVars"] and link["keepTime"]
+    assert variable in variable_names(d) & variable_names(gpu_hours)
+    filtered = [p["title"] for p, t in targets(gpu_hours) if f'{variable}=~"${variable}"' in t["expr"]]
+    assert len(set(filtered)) >= 4, filtered
+    back = [l["url"] for _, l in data_links(gpu_hours) if l["url"].startswith(f"/d/{d['uid']}/")]
+    assert back and all(f"var-{variable}=${{__data.fields.{variable}}}" in u for u in back), back
 
 
 def test_provisioning_files_fit_together():

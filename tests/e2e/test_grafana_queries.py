@@ -12,6 +12,7 @@ seconds."""
 
 import json
 import os
+import pwd
 import subprocess
 import sys
 import time
@@ -192,8 +193,14 @@ def test_variables_list_the_host_and_its_gpus(stack):
         for name, query in variable_queries(load_dashboard(path)):
             # label_values(selector, label), as the Prometheus data source runs it.
             selector, label = substitute(query, values)[len("label_values("):-1].rsplit(",", 1)
-            found[name] = stack.api(f"label/{label.strip()}/values", **{"match[]": selector})
-    assert found == {"instance": [stack.instance], "gpu": ["0", "1", "2"], "run": [RUN]}
+            found[path.stem, name] = stack.api(f"label/{label.strip()}/values", **{"match[]": selector})
+    assert found == {
+        ("stallwatch-gpu-hours", "instance"): [stack.instance],
+        ("stallwatch-gpu-hours", "run"): [RUN],
+        ("stallwatch-host", "instance"): [stack.instance],
+        ("stallwatch-host", "gpu"): ["0", "1", "2"],
+        ("stallwatch-run", "run"): [RUN],
+    }
 
 
 def panel(title, dashboard):
@@ -287,3 +294,55 @@ def test_run_dashboard_shows_each_rank_with_its_verdict(stack):
     assert roles == {"0": 0, "1": 0, "2": 0}
     [state] = instant(stack, "State", "stallwatch-run.json")
     assert float(state["value"][1]) == 0  # healthy
+
+
+def by(results, label):
+    return {r["metric"].get(label, ""): float(r["value"][1]) for r in results}
+
+
+def test_gpu_hours_dashboard_books_the_scenario(stack):
+    """One GPU trains, one waits for input, one hangs, all held by the run's ranks and
+    owned by the user running the test, in no namespace. The rules are 5-minute rates of
+    counters younger than that, so they read low here: the test checks the states, the
+    shares and that the panels over the hosts agree, not the GPU-hours themselves."""
+    # The healthy GPU trains once its job's start-up is over: wait until every rule the
+    # panels read has seen it, then read every panel at one instant (the rates still grow).
+    for rule in ("instance_state", "instance_namespace_user_run_state", "run_state"):
+        stack.wait(f'{rule}:stallwatch_gpu_time_seconds:rate5m{{state="productive"}} > 0', timeout=30)
+    time.sleep(3)
+    at = time.time() - 1
+
+    def read(title, ref="A"):
+        target = next(t for t in panel(title, "stallwatch-gpu-hours.json")["targets"] if t["refId"] == ref)
+        return stack.api("query", query=substitute(target["expr"], stack.values(".*")), time=at)["result"]
+
+    watched = float(read("GPU-hours watched")[0]["value"][1])
+    states = by(read("GPU-hours by state"), "state")
+    assert {"productive", "input", "hung"} <= set(states), states
+    assert "no_job" not in states, states  # every GPU is held
+    assert sum(states.values()) == pytest.approx(watched, rel=0.01)
+    goodput = float(read("Goodput")[0]["value"][1])
+    ettr = float(read("Goodput of held GPUs (ETTR)")[0]["value"][1])
+    assert 0 < goodput < 0.5 and ettr == pytest.approx(goodput), (goodput, ettr)
+    assert goodput == pytest.approx(states["productive"] / watched, rel=0.01)
+    lost = float(read("Lost GPU-hours")[0]["value"][1])
+    assert lost == pytest.approx(watched - states["productive"], rel=0.01)
+
+    # The run's own ledger: what its ranks' hosts booked, and while a straggler holds it
+    # back, the waiting ranks' time as waiting_for_peers. It lost GPU-hours, most to a state
+    # that is not training, which the table names with what it lost to it.
+    runs = by(read("Runs that lost most", "A"), "run")
+    assert set(runs) == {RUN} and runs[RUN] > 0, runs
+    [main] = read("Runs that lost most", "D")
+    assert main["metric"]["run"] == RUN and main["metric"]["state"] in {
+        "startup", "input", "hung", "idle", "waiting_for_peers"}, main["metric"]
+    assert 0 < float(main["value"][1]) <= runs[RUN]
+    assert by(read("Runs that lost most", "E"), "run") == {RUN: 0}  # no restart
+
+    # At most one GPU of the user's three trains; the owners' rule starts some seconds after
+    # the hosts', so its share is not the fleet's to the digit here.
+    users = by(read("Goodput by user", "C"), "user")
+    assert set(users) == {pwd.getpwuid(os.getuid()).pw_name} and 0 < min(users.values()) < 0.4, users
+    assert set(by(read("Goodput by namespace", "B"), "namespace")) == {"(none)"}
+    [host] = read("Hosts that lost most")
+    assert host["metric"]["instance"] == stack.instance
