@@ -246,6 +246,7 @@ mod tests {
                 time: 0.0,
                 duration_seconds: 1.0,
                 reads: &reads,
+                times: &[],
                 dropped: 0,
             },
             Focus::AllThreads,

@@ -3,6 +3,7 @@
 //! with evidence and hints, and start/end events come out. Every rule can be
 //! driven by a scripted sequence of frames.
 
+pub mod calls;
 pub mod config;
 pub mod confirm;
 mod detect;

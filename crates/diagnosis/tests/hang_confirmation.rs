@@ -58,6 +58,7 @@ fn burst(t: f64, at: impl Fn(usize) -> Vec<CodeFrame>) -> StackReport {
             time: t,
             duration_seconds: 1.0,
             reads: &reads,
+            times: &[],
             dropped: 0,
         },
         Focus::AllThreads,

@@ -48,6 +48,7 @@ fn burst(t: f64, frames: Vec<CodeFrame>) -> StackReport {
             time: t,
             duration_seconds: 1.0,
             reads: &reads,
+            times: &[],
             dropped: 0,
         },
         Focus::AllThreads,

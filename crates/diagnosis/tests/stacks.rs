@@ -3,6 +3,9 @@
 
 mod script;
 
+use diagnosis::evidence::Evidence;
+use diagnosis::hint::with_context;
+use diagnosis::stacks::StackReport;
 use diagnosis::stacks::{
     Burst, CodeFrame, Focus, Outcome, ThreadRead, aggregate, describe_spot, unavailable,
 };
@@ -64,6 +67,7 @@ fn report(reads: &[Vec<ThreadRead>], focus: Focus) -> diagnosis::stacks::StackRe
             time: 1000.0,
             duration_seconds: 10.0,
             reads,
+            times: &[],
             dropped: 0,
         },
         focus,
@@ -445,4 +449,191 @@ fn the_lines_of_one_loop_count_as_one_function_shown_at_its_busiest_line() {
         r.summary,
         "decode_image (pyjob.py:29) <- spinner (pyjob.py:35) in 100% of 10 samples"
     );
+}
+
+// Time per call and wait per batch, from the reads' times.
+
+const PERIOD: f64 = 0.05;
+
+fn timed_report(reads: &[Vec<ThreadRead>], focus: Focus) -> StackReport {
+    // Reads 50 ms apart, with a little jitter as real ones have.
+    let times: Vec<f64> = (0..reads.len())
+        .map(|i| i as f64 * PERIOD + if i % 3 == 0 { 0.002 } else { 0.0 })
+        .collect();
+    aggregate(
+        &Burst {
+            pid: 100,
+            python_version: Some("3.11.7".into()),
+            time: 1000.0,
+            duration_seconds: reads.len() as f64 * PERIOD,
+            reads,
+            times: &times,
+            dropped: 0,
+        },
+        focus,
+    )
+}
+
+/// A worker that opens an image from `decode_image` for 8 reads (the leaf
+/// moving between lines of PIL's), then spends 2 in its own loop.
+fn worker(i: usize) -> ThreadRead {
+    let frames = match i % 10 {
+        0 | 1 => vec![own("__getitem__", "data.py", 57)],
+        n => vec![
+            lib("ImageFile.load", "PIL/ImageFile.py", 290 + (n % 2) as u32),
+            lib("open", "PIL/Image.py", 3300),
+            own("decode_image", "data.py", 42),
+            own("__getitem__", "data.py", 58),
+        ],
+    };
+    thread(2, 'R', true, frames)
+}
+
+/// The training loop: waits 30 reads in the DataLoader's `__next__`, then
+/// steps for 5.
+fn trainer(i: usize) -> ThreadRead {
+    if i % 35 < 30 {
+        thread(
+            1,
+            'S',
+            false,
+            vec![
+                lib("Condition.wait", "threading.py", 320),
+                lib(
+                    "_BaseDataLoaderIter.__next__",
+                    "torch/utils/data/dataloader.py",
+                    630,
+                ),
+                own("train", "train.py", 88),
+            ],
+        )
+    } else {
+        thread(
+            1,
+            'R',
+            true,
+            vec![
+                own("train_step", "train.py", 70),
+                own("train", "train.py", 90),
+            ],
+        )
+    }
+}
+
+#[test]
+fn the_hot_place_says_how_long_one_call_takes_and_the_loop_its_wait_per_batch() {
+    let reads: Vec<Vec<ThreadRead>> = (0..200).map(|i| vec![trainer(i), worker(i)]).collect();
+    let r = timed_report(&reads, Focus::Busy);
+    let top = &r.hot[0];
+    assert_eq!(top.function, "PIL.ImageFile.ImageFile.load");
+    let t = top.per_call.as_ref().expect("timed");
+    // 8 reads a call, 50 ms apart; the first call and the last are cut by
+    // the burst's ends (reads 2-9 are seen whole: read 1 is outside).
+    assert!((t.median_seconds.unwrap() - 0.4).abs() < 0.01, "{t:?}");
+    assert!(t.calls >= 18, "{t:?}");
+    assert!(
+        r.summary
+            .contains("in 80% of 200 samples, about 400 ms a call (median of"),
+        "{}",
+        r.summary
+    );
+    // The loop's wait per batch: 30 reads.
+    let b = r.batch_wait.as_ref().expect("a batch wait");
+    assert_eq!((b.tid, b.function.as_str(), b.line), (1, "train", 88));
+    assert_eq!(b.waiting_on, "the DataLoader's next batch");
+    assert!(
+        (b.per_batch.median_seconds.unwrap() - 1.5).abs() < 0.01,
+        "{b:?}"
+    );
+    // The input kinds' hint says it; others do not.
+    let evidence = Evidence {
+        stacks: Some(r.clone()),
+        ..Evidence::default()
+    };
+    let hint = with_context(Kind::InputStarved, &evidence, "Add workers.".into());
+    assert!(
+        hint.contains(". The training loop (train (train.py:88), tid 1) waits about 1.5 s for each batch (median of"),
+        "{hint}"
+    );
+    let hint = with_context(Kind::IdleNoProgress, &evidence, "Look.".into());
+    assert!(!hint.contains("for each batch"), "{hint}");
+}
+
+#[test]
+fn one_function_from_two_callers_is_timed_apart() {
+    // `resize` takes 6 reads when `small` calls it and 12 when `large` does.
+    let reads: Vec<Vec<ThreadRead>> = (0..240)
+        .map(|i| {
+            let frames = match i % 20 {
+                0 => vec![own("loop", "job.py", 5)],
+                1..=6 => vec![
+                    own("resize", "job.py", 30 + (i % 2) as u32),
+                    own("small", "job.py", 10),
+                ],
+                7 => vec![own("loop", "job.py", 6)],
+                _ => vec![own("resize", "job.py", 30), own("large", "job.py", 20)],
+            };
+            vec![thread(1, 'R', true, frames)]
+        })
+        .collect();
+    let r = timed_report(&reads, Focus::Busy);
+    let by_caller = |caller: &str| {
+        r.hot
+            .iter()
+            .find(|h| h.callers.first().is_some_and(|c| c.function == caller))
+            .and_then(|h| h.per_call.as_ref())
+            .and_then(|t| t.median_seconds)
+            .unwrap()
+    };
+    assert!((by_caller("small") - 0.3).abs() < 0.01);
+    assert!((by_caller("large") - 0.6).abs() < 0.01);
+}
+
+#[test]
+fn calls_of_a_read_or_two_are_said_to_be_short_and_a_call_through_the_burst_at_least_its_length() {
+    let reads: Vec<Vec<ThreadRead>> = (0..100)
+        .map(|i| {
+            let short = if i % 2 == 0 {
+                vec![own("tiny", "job.py", 3), own("loop", "job.py", 9)]
+            } else {
+                vec![own("loop", "job.py", 10)]
+            };
+            // A second thread in one blocking call the whole burst.
+            let stuck = vec![
+                lib("sleep", "<built-in>", 0),
+                own("fetch", "job.py", 40),
+                own("main", "job.py", 50),
+            ];
+            vec![thread(1, 'R', true, short), thread(2, 'S', false, stuck)]
+        })
+        .collect();
+    let r = timed_report(&reads, Focus::AllThreads);
+    let tiny = r.threads.iter().find(|t| t.tid == 1).unwrap();
+    let t = tiny
+        .top
+        .iter()
+        .find(|h| h.function == "tiny")
+        .unwrap()
+        .per_call
+        .clone()
+        .unwrap();
+    assert_eq!((t.median_seconds, t.under_seconds), (None, Some(0.15)));
+    let fetch = r.threads.iter().find(|t| t.tid == 2).unwrap();
+    let t = fetch.top[0].per_call.clone().unwrap();
+    assert_eq!((t.calls, t.median_seconds), (0, None));
+    assert!(t.at_least_seconds.unwrap() > 4.9, "{t:?}");
+    assert!(
+        r.summary
+            .contains("at least 5.0 s a call (none seen to begin and end)"),
+        "{}",
+        r.summary
+    );
+}
+
+#[test]
+fn reads_without_times_time_nothing() {
+    let reads: Vec<Vec<ThreadRead>> = (0..50).map(|i| vec![worker(i)]).collect();
+    let r = report(&reads, Focus::Busy);
+    assert!(r.hot[0].per_call.is_none() && r.batch_wait.is_none());
+    assert!(!r.summary.contains("a call"), "{}", r.summary);
 }

@@ -11,6 +11,9 @@ pub struct Sampled {
     pub started: f64,
     pub duration_seconds: f64,
     pub reads: Vec<Vec<RawThread>>,
+    /// When each read was taken: seconds after `started` (a monotonic
+    /// clock), one per read.
+    pub read_times: Vec<f64>,
     /// Reads that failed or tore.
     pub dropped: u32,
     /// The process exited before the burst's end.

@@ -348,6 +348,7 @@ impl StackReader {
         let mut tids = TidMap::read(&root, pid);
         let period = Duration::from_secs_f64(1.0 / options.rate_hz.max(0.1));
         let mut reads = Vec::new();
+        let mut read_times = Vec::new();
         let mut dropped = 0;
         let mut exited = false;
         let mut next = clock;
@@ -355,8 +356,11 @@ impl StackReader {
         let mut limits = std::collections::BTreeSet::new();
         let mut bytes = 0usize;
         while clock.elapsed() < options.duration {
+            let before = clock.elapsed();
             match Self::read_once(&root, pid, spy, &mut tids, &budgets) {
                 Ok((threads, hit)) => {
+                    // The read's time: halfway through it.
+                    read_times.push((before + clock.elapsed()).as_secs_f64() / 2.0);
                     limits.extend(hit);
                     bytes += threads
                         .iter()
@@ -419,6 +423,7 @@ impl StackReader {
             started,
             duration_seconds: clock.elapsed().as_secs_f64(),
             reads,
+            read_times,
             dropped,
             exited,
             limits,

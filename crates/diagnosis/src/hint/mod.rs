@@ -128,9 +128,29 @@ pub fn with_context(kind: Kind, evidence: &Evidence, base: String) -> String {
                 "Dump stacks (py-spy dump --pid PID)",
                 "Check the stacks below",
             );
-            format!("Python stacks of pid {}: {}. {base}", s.pid, s.summary)
+            // The input kinds: how long the loop waits for each batch.
+            let wait = s
+                .batch_wait
+                .as_ref()
+                .filter(|_| {
+                    matches!(kind, Kind::InputStarved | Kind::InputBound) || kind.is_refinement()
+                })
+                .map(|b| format!(" {}.", capitalized(&crate::stacks::describe_batch_wait(b))))
+                .unwrap_or_default();
+            format!(
+                "Python stacks of pid {}: {}.{wait} {base}",
+                s.pid, s.summary
+            )
         }
         Some(s) => format!("{base} (No Python stacks: {}.)", s.summary),
         None => base,
     }
+}
+
+fn capitalized(s: &str) -> String {
+    let mut chars = s.chars();
+    chars
+        .next()
+        .map(|c| c.to_uppercase().chain(chars).collect())
+        .unwrap_or_default()
 }

@@ -7,7 +7,9 @@ use collector::privileges::{Privileges, Reach};
 use diagnosis::evidence::Evidence;
 use diagnosis::frame::Attribution;
 use diagnosis::hint::fault_summary;
-use diagnosis::stacks::{Focus, Outcome, StackReport, describe_spot, thread_line};
+use diagnosis::stacks::{
+    Focus, Outcome, StackReport, describe_batch_wait, describe_spot, per_call_text, thread_line,
+};
 use diagnosis::{Event, GpuStatus, Phase, Verdict};
 
 use crate::api::status::StatusResponse;
@@ -210,7 +212,15 @@ pub fn stack_lines(r: &StackReport, all_threads: bool) -> Vec<String> {
         r.summary
     )];
     for h in &r.hot {
-        out.push(format!("  {:>4} {}", pct(h.share), describe_spot(h)));
+        out.push(format!(
+            "  {:>4} {}{}",
+            pct(h.share),
+            describe_spot(h),
+            per_call_text(h)
+        ));
+    }
+    if let Some(b) = &r.batch_wait {
+        out.push(format!("  {}", describe_batch_wait(b)));
     }
     if all_threads || r.hot.is_empty() {
         out.extend(r.threads.iter().map(|t| format!("  {}", thread_line(t))));

@@ -66,6 +66,7 @@ pub fn to_report(
                     time: burst.started,
                     duration_seconds: burst.duration_seconds,
                     reads: &reads,
+                    times: &burst.read_times,
                     dropped: burst.dropped,
                 },
                 focus,

@@ -1,0 +1,118 @@
+"""Time per call and wait per batch, read by `stallwatch stacks` from real
+Python jobs that time their own calls (calljob.py): the estimate is within
+20% of the job's own median for calls of at least 5 sampling periods
+(50 ms at the default 20 reads a second), shorter calls are said to be
+shorter than that, and a real PyTorch DataLoader's wait per batch is within
+25% of the loop's own."""
+
+import importlib.util
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from daemon import BINARY, kill_group
+
+HERE = Path(__file__).parent
+
+
+@pytest.fixture
+def calljob(tmp_path):
+    started = []
+
+    def start(*args):
+        script = tmp_path / "calljob.py"
+        shutil.copy(HERE / "calljob.py", script)
+        log = tmp_path / f"{'-'.join(args)}.log"
+        out = open(log, "w")
+        p = subprocess.Popen([sys.executable, str(script), *args], stdout=out, stderr=subprocess.STDOUT,
+                             start_new_session=True, cwd=tmp_path)
+        started.append((p, out))
+        deadline = time.monotonic() + 60
+        while "ready" not in log.read_text() and time.monotonic() < deadline:
+            assert p.poll() is None, log.read_text()
+            time.sleep(0.05)
+        assert "ready" in log.read_text(), log.read_text()
+        return p, log
+
+    yield start
+    for p, out in started:
+        kill_group(p)
+        out.close()
+
+
+def read_stacks(pid, seconds):
+    r = subprocess.run([str(BINARY), "stacks", str(pid), "--duration", f"{seconds}s", "--json"],
+                       capture_output=True, text=True, timeout=seconds + 30)
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert report["outcome"] == "sampled", report
+    text = subprocess.run([str(BINARY), "stacks", str(pid), "--duration", "2s"],
+                          capture_output=True, text=True, timeout=30)
+    return report, text.stdout
+
+
+def own_median(log, what, name, report):
+    """The job's own median over the calls that ended during the burst."""
+    start, end = report["time"], report["time"] + report["duration_seconds"]
+    seen = [float(p[2]) for p in (l.split() for l in log.read_text().splitlines())
+            if len(p) == 4 and p[0] == what and p[1] == name and start <= float(p[3]) <= end]
+    assert len(seen) >= 3, (name, seen)
+    return statistics.median(seen)
+
+
+def timed_spot(report, function, caller=None):
+    """The per-call time of `function`'s place in its thread (under `caller`)."""
+    for t in report["threads"]:
+        for h in t["top"]:
+            callers = [c["function"] for c in h.get("callers", [])] + [h.get("user_function")]
+            if h["function"] == function and (caller is None or caller in callers):
+                return h.get("per_call")
+    raise AssertionError(f"no place {function} <- {caller}: {json.dumps(report['threads'], indent=1)}")
+
+
+def test_each_place_says_how_long_one_call_takes(calljob):
+    job, log = calljob("calls")
+    report, text = read_stacks(job.pid, 8)
+    period = 1 / 20
+    for function, caller, name in [("burn", None, "burn"), ("fetch", None, "fetch"),
+                                   ("resize", "small", "resize_small"), ("resize", "large", "resize_large")]:
+        t = timed_spot(report, function, caller)
+        own = own_median(log, "call", name, report)
+        assert own >= 5 * period
+        assert t and t.get("median_seconds"), (name, t)
+        assert abs(t["median_seconds"] - own) <= 0.2 * own, (name, t, own)
+        assert t["calls"] >= 3 and t["p90_seconds"] >= t["median_seconds"], (name, t)
+        print(f"{name}: estimated {t['median_seconds']:.3f} s (p90 {t['p90_seconds']:.3f}, {t['calls']} calls), "
+              f"own median {own:.3f} s")
+    # A 5 ms call: shorter than a few sampling periods, and said so.
+    t = timed_spot(report, "tiny")
+    assert t and "median_seconds" not in t and t["under_seconds"] <= 0.2, t
+    # The terminal says it beside the place.
+    burn = next(l for l in text.splitlines()[1:] if "burn (calljob.py:" in l)
+    assert "% burn (calljob.py:" in burn and ", about " in burn and " a call (median of " in burn, text
+
+
+needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
+
+
+@needs_torch
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_training_loops_wait_for_each_batch(calljob, workers):
+    job, log = calljob("torch", str(workers))
+    report, text = read_stacks(job.pid, 6)
+    b = report.get("batch_wait")
+    assert b, json.dumps(report["threads"], indent=1)
+    assert (b["function"], b["file"], b["tid"]) == ("train", "calljob.py", job.pid), b
+    assert b["waiting_on"] == "the DataLoader's next batch", b
+    own = own_median(log, "wait", "batch", report)
+    assert own >= 5 / 20
+    print(f"{workers} workers: estimated wait {b['per_batch']['median_seconds']:.3f} s "
+          f"({b['per_batch']['calls']} batches), own median {own:.3f} s")
+    assert abs(b["per_batch"]["median_seconds"] - own) <= 0.25 * own, (b, own)
+    assert "the training loop (train (calljob.py:" in text and "for each batch (median of" in text, text
