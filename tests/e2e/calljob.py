@@ -8,11 +8,13 @@ for the time-per-call tests.
                             `resize` (CPU-bound) from `small` (0.3 s) and
                             from `large` (0.6 s) in turn, and `tiny`
                             (CPU-bound, 5 ms) from `tiny_loop`
-    calljob.py torch N      a PyTorch DataLoader with N workers (0: in the
+    calljob.py torch N [busy]
+                            a PyTorch DataLoader with N workers (0: in the
                             loop's own process), batches of 4 items of which
                             each sleeps 0.1 s (N=0) or 0.25 s in
                             `__getitem__` (workers start 0.5 s apart); the
-                            loop steps for 0.1 s a batch
+                            loop steps for 0.1 s a batch; `busy`: the
+                            items burn the CPU instead of sleeping
 
 Each call prints `call NAME SECONDS END`: the call's own duration and the
 time (since the epoch) it ended; each batch `wait SECONDS END`: the loop's
@@ -111,14 +113,18 @@ def calls():
 class Images:
     """Items that take a known time each."""
 
-    def __init__(self, seconds):
+    def __init__(self, seconds, busy=False):
         self.seconds = seconds
+        self.busy = busy
 
     def __len__(self):
         return 1_000_000
 
     def __getitem__(self, i):
-        time.sleep(self.seconds)
+        if self.busy:
+            burn(self.seconds)
+        else:
+            time.sleep(self.seconds)
         return i
 
 
@@ -133,11 +139,11 @@ def train_step():
     time.sleep(0.1)
 
 
-def train(workers):
+def train(workers, busy):
     import torch.utils.data
 
     item = 0.1 if workers == 0 else 0.25
-    loader = torch.utils.data.DataLoader(Images(item), batch_size=4, num_workers=workers,
+    loader = torch.utils.data.DataLoader(Images(item, busy), batch_size=4, num_workers=workers,
                                          worker_init_fn=stagger if workers else None)
     batches = iter(loader)
     step = 0
@@ -155,4 +161,4 @@ if __name__ == "__main__":
     if sys.argv[1] == "calls":
         calls()
     else:
-        train(int(sys.argv[2]))
+        train(int(sys.argv[2]), sys.argv[3:] == ["busy"])

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from daemon import BINARY, kill_group
+from test_diagnosis import active, wait_status
+from test_stacks import FAST, holding, stacks_of
 
 HERE = Path(__file__).parent
 
@@ -116,3 +118,22 @@ def test_the_training_loops_wait_for_each_batch(calljob, workers):
           f"({b['per_batch']['calls']} batches), own median {own:.3f} s")
     assert abs(b["per_batch"]["median_seconds"] - own) <= 0.25 * own, (b, own)
     assert "the training loop (train (calljob.py:" in text and "for each batch (median of" in text, text
+
+
+@needs_torch
+def test_a_starved_gpus_hint_says_how_long_the_loop_waits_for_each_batch(daemon_factory, calljob):
+    # The items burn a core in the loop's own process: the GPU is starved and
+    # the daemon reads the job while it is.
+    job, log = calljob("torch", "0", "busy")
+    d = daemon_factory(holding(job.pid, 1), config=FAST).start()
+    s = wait_status(d, lambda s: stacks_of(s, "input_starved"), timeout=60, what="input_starved with stacks")
+    r = stacks_of(s, "input_starved")
+    b = r.get("batch_wait")
+    assert b and b["function"] == "train", r
+    hint = active(s)["input_starved"]["hint"]
+    assert "The training loop (train (calljob.py:" in hint and " for each batch" in hint, hint
+    # Its place: the DataLoader's fetch calls a batch's items one after
+    # another from one line, so their calls merge, and the place says so.
+    top = r["hot"][0]
+    assert top["per_call"]["batch_of_items"], top
+    assert "a batch's items, called one after another by the DataLoader's fetch, count as one call" in r["summary"]

@@ -36,6 +36,11 @@ pub struct CallTime {
     pub at_least_seconds: Option<f64>,
     /// The sampling period the reads were taken at (their median spacing).
     pub period_seconds: f64,
+    /// The calls were made by a PyTorch DataLoader's fetch of a batch,
+    /// one item after another from one line: a batch's calls merge, so the
+    /// figures are a batch's, not an item's.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub batch_of_items: bool,
 }
 
 /// Where each read of one thread stood: the read's index in the burst and
@@ -144,6 +149,7 @@ pub fn estimate(mut whole: Vec<f64>, cut: &[f64], period: f64) -> Option<CallTim
             .filter(|c| whole.is_empty() || *c > whole[whole.len() - 1])
             .map(round),
         period_seconds: round(period),
+        batch_of_items: false,
     })
 }
 
@@ -174,8 +180,13 @@ pub fn describe(t: &CallTime, what: &str) -> String {
             .filter(|_| t.calls > 1)
             .map(|p| format!("; p90 {}", seconds_text(p)))
             .unwrap_or_default();
+        let batch = if t.batch_of_items {
+            "; a batch's items, called one after another by the DataLoader's fetch, count as one call"
+        } else {
+            ""
+        };
         return format!(
-            "about {} {what} (median of {} call{}{p90})",
+            "about {} {what} (median of {} call{}{p90}{batch})",
             seconds_text(m),
             t.calls,
             plural(t.calls)

@@ -342,13 +342,28 @@ fn time_calls<'a, 'f: 'a>(
 ) -> Option<CallTime> {
     let period = calls::period(times)?;
     let (mut whole, mut cut) = (Vec::new(), Vec::new());
+    let mut batch_of_items = false;
     for timeline in timelines {
         let stood: Vec<Stood> = timeline.iter().map(|(i, f)| (*i, call_in(f))).collect();
+        batch_of_items |= stood
+            .iter()
+            .any(|(_, c)| c.is_some_and(|c| c.get(1..).is_some_and(fetched_by_data_loader)));
         let (w, c) = calls::runs(times, &stood);
         whole.extend(w);
         cut.extend(c);
     }
-    calls::estimate(whole, &cut, period)
+    calls::estimate(whole, &cut, period).map(|t| CallTime {
+        batch_of_items,
+        ..t
+    })
+}
+
+/// Frames above a call that hold a PyTorch DataLoader's fetch of a batch:
+/// it calls the dataset's `__getitem__` for each item from one line.
+fn fetched_by_data_loader(above: &[CodeFrame]) -> bool {
+    above
+        .iter()
+        .any(|f| f.library && f.file == "torch/utils/data/_utils/fetch.py")
 }
 
 /// `PIL/Image.py` + `open` -> `PIL.Image.open`; the user's own functions

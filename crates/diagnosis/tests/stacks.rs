@@ -637,3 +637,37 @@ fn reads_without_times_time_nothing() {
     assert!(r.hot[0].per_call.is_none() && r.batch_wait.is_none());
     assert!(!r.summary.contains("a call"), "{}", r.summary);
 }
+
+#[test]
+fn items_a_data_loader_fetches_one_after_another_are_said_to_count_as_one_call() {
+    // A batch of 4 items of 2 reads each, then 2 reads of the loop.
+    let reads: Vec<Vec<ThreadRead>> = (0..100)
+        .map(|i| {
+            let frames = if i % 10 < 8 {
+                vec![
+                    own("Images.__getitem__", "data.py", 20),
+                    lib("<listcomp>", "torch/utils/data/_utils/fetch.py", 52),
+                    lib(
+                        "_MapDatasetFetcher.fetch",
+                        "torch/utils/data/_utils/fetch.py",
+                        52,
+                    ),
+                    own("train", "train.py", 88),
+                ]
+            } else {
+                vec![
+                    own("train_step", "train.py", 70),
+                    own("train", "train.py", 90),
+                ]
+            };
+            vec![thread(1, 'R', true, frames)]
+        })
+        .collect();
+    let r = timed_report(&reads, Focus::Busy);
+    let t = r.hot[0].per_call.as_ref().unwrap();
+    assert!(
+        t.batch_of_items && (t.median_seconds.unwrap() - 0.4).abs() < 0.01,
+        "{t:?}"
+    );
+    assert!(r.summary.contains("count as one call"), "{}", r.summary);
+}
