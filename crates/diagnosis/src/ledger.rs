@@ -9,7 +9,7 @@ use crate::Kind;
 use crate::phase::JobPhase;
 
 mod restart;
-pub use restart::{EndedJob, RestartState, Restarts};
+pub use restart::{EndedJob, RESTART_SECONDS, RestartState, Restarts};
 
 /// What a GPU's time went to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -231,6 +231,10 @@ enum Held {
     /// No job holds the GPU since a run's rank left it: `recovery` if a job
     /// of the same run comes back on it, else `no_job`.
     RunLeft(f64),
+    /// The GPU works while its jobs are starting (`startup` or `recovery`):
+    /// `productive` if the work lasts until it ends the start-up, else the
+    /// start-up's.
+    BusyStarting(f64, TimeState),
 }
 
 /// Books each sample's interval to one state, holding back a run of samples
@@ -250,7 +254,12 @@ impl Booker {
     /// Seconds held back, not yet booked.
     pub fn held_seconds(&self) -> f64 {
         match self.held {
-            Some(Held::Idle(s) | Held::BusyUnderInput(s) | Held::RunLeft(s)) => s,
+            Some(
+                Held::Idle(s)
+                | Held::BusyUnderInput(s)
+                | Held::RunLeft(s)
+                | Held::BusyStarting(s, _),
+            ) => s,
             None => 0.0,
         }
     }
@@ -262,6 +271,9 @@ impl Booker {
             TimeState::Idle => Some(Held::Idle(seconds)),
             TimeState::Input if !outcome.idle => Some(Held::BusyUnderInput(seconds)),
             TimeState::NoJob if outcome.run_left => Some(Held::RunLeft(seconds)),
+            TimeState::Startup | TimeState::Recovery if outcome.starting && !outcome.idle => {
+                Some(Held::BusyStarting(seconds, state))
+            }
             _ => None,
         };
         match (self.held, now) {
@@ -270,12 +282,19 @@ impl Booker {
                 self.hold(Held::BusyUnderInput(run + s))
             }
             (Some(Held::RunLeft(run)), Some(Held::RunLeft(s))) => self.hold(Held::RunLeft(run + s)),
+            (Some(Held::BusyStarting(run, was)), Some(Held::BusyStarting(s, _))) => {
+                self.hold(Held::BusyStarting(run + s, was))
+            }
             (held, now) => {
                 // The run ends here; what ends it says what it was.
                 match held {
                     Some(Held::Idle(run)) => {
+                        // A kind or a phase found: the run was its.
                         let to = match state {
-                            TimeState::Input | TimeState::Hung => state,
+                            TimeState::Input
+                            | TimeState::Hung
+                            | TimeState::Compiling
+                            | TimeState::Checkpointing => state,
                             _ => TimeState::Idle,
                         };
                         self.ledger.book(to, run);
@@ -293,6 +312,15 @@ impl Booker {
                             TimeState::Recovery
                         } else {
                             TimeState::NoJob
+                        };
+                        self.ledger.book(to, run);
+                    }
+                    Some(Held::BusyStarting(run, was)) => {
+                        // The sustained work that ended the start-up.
+                        let to = if outcome.fresh && outcome.has_job && !outcome.starting {
+                            TimeState::Productive
+                        } else {
+                            was
                         };
                         self.ledger.book(to, run);
                     }
@@ -314,6 +342,7 @@ impl Booker {
             Some(Held::Idle(run)) => self.ledger.book(TimeState::Idle, run),
             Some(Held::BusyUnderInput(run)) => self.ledger.book(TimeState::Input, run),
             Some(Held::RunLeft(run)) => self.ledger.book(TimeState::NoJob, run),
+            Some(Held::BusyStarting(run, was)) => self.ledger.book(was, run),
             None => {}
         }
         self.ledger.book(TimeState::Unknown, seconds);
@@ -321,14 +350,20 @@ impl Booker {
 
     /// Holds `run`, booking what is over [`HELD_SECONDS`] as it stands.
     fn hold(&mut self, run: Held) {
-        let (seconds, as_is, again): (f64, TimeState, fn(f64) -> Held) = match run {
-            Held::Idle(s) => (s, TimeState::Idle, Held::Idle),
-            Held::BusyUnderInput(s) => (s, TimeState::Input, Held::BusyUnderInput),
-            Held::RunLeft(s) => (s, TimeState::NoJob, Held::RunLeft),
+        let (seconds, as_is) = match run {
+            Held::Idle(s) => (s, TimeState::Idle),
+            Held::BusyUnderInput(s) => (s, TimeState::Input),
+            Held::RunLeft(s) => (s, TimeState::NoJob),
+            Held::BusyStarting(s, was) => (s, was),
         };
         if seconds > HELD_SECONDS {
             self.ledger.book(as_is, seconds - HELD_SECONDS);
-            self.held = Some(again(HELD_SECONDS));
+            self.held = Some(match run {
+                Held::Idle(_) => Held::Idle(HELD_SECONDS),
+                Held::BusyUnderInput(_) => Held::BusyUnderInput(HELD_SECONDS),
+                Held::RunLeft(_) => Held::RunLeft(HELD_SECONDS),
+                Held::BusyStarting(_, was) => Held::BusyStarting(HELD_SECONDS, was),
+            });
         } else {
             self.held = Some(run);
         }
@@ -533,6 +568,63 @@ mod tests {
         assert_eq!(b.ledger.seconds(TimeState::Input), 20.0);
         assert_eq!(b.ledger.seconds(TimeState::Unknown), 5.0);
         assert_eq!(b.held_seconds(), 0.0);
+    }
+
+    #[test]
+    fn a_restart_is_awaited_as_long_as_a_run_is_held() {
+        assert_eq!(RESTART_SECONDS, HELD_SECONDS);
+    }
+
+    #[test]
+    fn the_idle_run_before_a_phase_is_found_is_the_phases() {
+        let mut b = Booker::default();
+        for _ in 0..20 {
+            b.book(&sample(TimeState::Idle, true), 1.0);
+        }
+        // The first read finds a save under way.
+        let saving = Outcome {
+            phase: Some(JobPhase::Checkpointing),
+            idle: true,
+            ..outcome()
+        };
+        b.book(&saving, 1.0);
+        assert_eq!(b.ledger.seconds(TimeState::Checkpointing), 21.0);
+        assert_eq!(b.ledger.seconds(TimeState::Idle), 0.0);
+    }
+
+    #[test]
+    fn the_work_that_ends_a_start_up_is_training() {
+        let starting = |idle| Outcome {
+            starting: true,
+            idle,
+            ..outcome()
+        };
+        let mut b = Booker::default();
+        for _ in 0..30 {
+            b.book(&starting(true), 1.0);
+        }
+        // Work that breaks off stays start-up...
+        for _ in 0..4 {
+            b.book(&starting(false), 1.0);
+        }
+        b.book(&starting(true), 1.0);
+        assert_eq!(b.ledger.seconds(TimeState::Startup), 35.0);
+        // ...work that lasts until the start-up ends is training.
+        for _ in 0..10 {
+            b.book(&starting(false), 1.0);
+        }
+        assert_eq!(b.held_seconds(), 10.0);
+        b.book(&outcome(), 1.0);
+        assert_eq!(b.ledger.seconds(TimeState::Productive), 11.0);
+        assert_eq!(b.ledger.seconds(TimeState::Startup), 35.0);
+        // A restart's start-up is its recovery, held the same way.
+        let restarting = Outcome {
+            restarted: true,
+            ..starting(false)
+        };
+        b.book(&restarting, 1.0);
+        b.book_unknown(1.0);
+        assert_eq!(b.ledger.seconds(TimeState::Recovery), 1.0);
     }
 
     #[test]

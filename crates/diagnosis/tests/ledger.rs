@@ -62,8 +62,8 @@ fn every_second_is_booked_once_to_its_cause() {
     assert_eq!(status.time_held_seconds, 0.0);
     assert!((ledger.total() - 759.0).abs() < 1e-6, "{ledger:?}");
     assert_near(&run, TimeState::NoJob, 60.0, 1.0);
-    // Start-up: the idle minute, then 10 s of work before it counts as sustained.
-    assert_near(&run, TimeState::Startup, 70.0, 2.0);
+    // Start-up: the idle minute; the 10 s of work that end it are training.
+    assert_near(&run, TimeState::Startup, 60.0, 2.0);
     // The starved stretch, to the second: its idle run before
     // input_starved started is the kind's, the busy seconds before it
     // ended are not.
@@ -128,9 +128,11 @@ fn each_job_has_its_own_ledger_since_it_came() {
     let mine = status.jobs[0].time;
     assert_eq!(status.jobs[0].pid, 200);
     assert!((mine.total() - 100.0).abs() <= 1.0, "{mine:?}");
-    // Its start-up: its first 10 s of work.
+    // It worked from the start: its first 10 s of work ended its start-up
+    // and were training, not start-up.
+    assert_eq!(mine.seconds(TimeState::Startup), 0.0, "{mine:?}");
     assert!(
-        (mine.seconds(TimeState::Startup) - 11.0).abs() <= 1.0,
+        (mine.seconds(TimeState::Productive) - 100.0).abs() <= 1.0,
         "{mine:?}"
     );
     // The GPU's own ledger has both jobs' time.
@@ -174,7 +176,7 @@ fn a_runs_restart_is_its_recovery_and_loses_the_training_since_the_job_came() {
     assert_eq!(ended.pid, 100);
     assert_eq!(ended.run.as_deref(), Some("r"));
     assert!(
-        (ended.progress_since_checkpoint_seconds - 180.0).abs() <= 2.0,
+        (ended.progress_since_checkpoint_seconds - 190.0).abs() <= 2.0,
         "{ended:?}"
     );
     assert!(!ended.restarted);
@@ -186,18 +188,19 @@ fn a_runs_restart_is_its_recovery_and_loses_the_training_since_the_job_came() {
         frame(t, 0.9, vec![rank_of(101, 230.0, 1.2, "r")])
     });
     let s = &run.engine.status()[0];
-    // The gap (30 s) and the new job's start-up (15 s idle, 10 s of work).
-    assert_near(&run, TimeState::Recovery, 55.0, 2.0);
+    // The gap (30 s) and the new job's start-up (15 s idle); its first 10 s
+    // of work are training.
+    assert_near(&run, TimeState::Recovery, 45.0, 2.0);
     assert_near(&run, TimeState::NoJob, 0.0, 0.0);
-    assert_near(&run, TimeState::Startup, 20.0, 2.0);
+    assert_near(&run, TimeState::Startup, 10.0, 2.0);
     assert!(
-        (s.lost_progress_seconds_total - 180.0).abs() <= 2.0,
+        (s.lost_progress_seconds_total - 190.0).abs() <= 2.0,
         "{s:?}"
     );
     assert!(s.last_ended.as_ref().unwrap().restarted);
     assert!((s.time.total() + s.time_held_seconds - 299.0).abs() < 1e-6);
     // The restarted job's own ledger starts with its recovery.
-    assert_near_job(&run, 101, TimeState::Recovery, 25.0, 2.0);
+    assert_near_job(&run, 101, TimeState::Recovery, 15.0, 2.0);
 }
 
 #[test]

@@ -122,7 +122,9 @@ pub(super) fn observe_gpu(
         fresh: true,
         has_job: !holders.jobs.is_empty(),
         kinds: active_states(state),
-        phase,
+        // A phase books only the time the GPU waits for it: once the GPU
+        // works again, the phase (kept until the next read) is over.
+        phase: phase.filter(|_| idle),
         starting,
         idle,
         run_left: restart.run_left,
@@ -131,7 +133,9 @@ pub(super) fn observe_gpu(
     let productive = state.ledger.ledger.seconds(TimeState::Productive);
     state.book(elapsed, dt, Some(&outcome), Some(&jobs));
     let productive = state.ledger.ledger.seconds(TimeState::Productive) - productive;
-    state.restarts.booked(outcome.state(), productive, t);
+    state
+        .restarts
+        .booked(outcome.state() == TimeState::Checkpointing, productive, t);
     let (last_checkpoint, since) = state.restarts.progress();
     for job in &mut state.jobs {
         job.last_checkpoint = last_checkpoint;

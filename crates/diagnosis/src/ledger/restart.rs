@@ -6,7 +6,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{HELD_SECONDS, TimeState};
+/// How long after a run's rank left a GPU a job of the same run coming
+/// back on it is a restart: as long as the ledger holds a run of samples
+/// (`ledger::HELD_SECONDS`), so the gap is booked once.
+pub const RESTART_SECONDS: f64 = 300.0;
 
 /// A job set that left the GPU, as the status shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -55,7 +58,7 @@ pub struct Restarts {
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct RestartState {
     /// No job holds the GPU, and a run's rank left it under
-    /// [`HELD_SECONDS`] ago.
+    /// [`RESTART_SECONDS`] ago.
     pub run_left: bool,
     /// The GPU's jobs came back under the run id of the ones that left.
     pub restarted: bool,
@@ -75,7 +78,7 @@ impl Restarts {
                 self.end(t);
             }
             let run_left =
-                self.run.is_some() && self.left_at.is_some_and(|left| t - left <= HELD_SECONDS);
+                self.run.is_some() && self.left_at.is_some_and(|left| t - left <= RESTART_SECONDS);
             return RestartState {
                 run_left,
                 restarted: false,
@@ -88,13 +91,13 @@ impl Restarts {
                 // Replaced between two samples.
                 self.end(t);
             }
-            let within = self.left_at.is_some_and(|left| t - left <= HELD_SECONDS);
+            let within = self.left_at.is_some_and(|left| t - left <= RESTART_SECONDS);
             self.restarted = within && run.is_some() && run == self.run.as_deref();
-            if self.restarted {
-                if let Some(ended) = self.ended.as_mut().filter(|e| !e.restarted) {
-                    ended.restarted = true;
-                    self.lost_progress_seconds_total += ended.progress_since_checkpoint_seconds;
-                }
+            if self.restarted
+                && let Some(ended) = self.ended.as_mut().filter(|e| !e.restarted)
+            {
+                ended.restarted = true;
+                self.lost_progress_seconds_total += ended.progress_since_checkpoint_seconds;
             }
             self.run = run.map(str::to_owned);
             self.left_at = None;
@@ -117,13 +120,13 @@ impl Restarts {
     }
 
     /// Feeds what the sample was booked: `productive` seconds newly in the
-    /// ledger, and the sample's state (a checkpoint completes when its
-    /// phase ends with the job still there).
-    pub fn booked(&mut self, state: TimeState, productive: f64, t: f64) {
+    /// ledger, and whether it was booked `checkpointing` (a checkpoint
+    /// completes when its phase ends with the job still there).
+    pub fn booked(&mut self, checkpointing: bool, productive: f64, t: f64) {
         if self.jobs.is_empty() {
             return;
         }
-        if state == TimeState::Checkpointing {
+        if checkpointing {
             self.checkpointing = true;
         } else if self.checkpointing {
             self.checkpointing = false;
@@ -164,11 +167,11 @@ mod tests {
         let mut r = Restarts::default();
         let run = Some("torchelastic:7");
         assert_eq!(r.observe(vec![(10, 1)], run, 0.0), RestartState::default());
-        r.booked(TimeState::Productive, 100.0, 100.0);
-        r.booked(TimeState::Checkpointing, 0.0, 110.0);
-        r.booked(TimeState::Productive, 30.0, 140.0);
+        r.booked(false, 100.0, 100.0);
+        r.booked(true, 0.0, 110.0);
+        r.booked(false, 30.0, 140.0);
         assert_eq!(r.progress(), (Some(140.0), 30.0));
-        r.booked(TimeState::Productive, 20.0, 160.0);
+        r.booked(false, 20.0, 160.0);
         // Killed: the GPU waits for the run.
         let gap = r.observe(vec![], None, 161.0);
         assert!(gap.run_left && !gap.restarted);
@@ -190,13 +193,16 @@ mod tests {
     fn another_run_or_a_long_gap_is_no_restart() {
         let mut r = Restarts::default();
         r.observe(vec![(10, 1)], Some("a"), 0.0);
-        r.booked(TimeState::Productive, 10.0, 10.0);
+        r.booked(false, 10.0, 10.0);
         assert!(r.observe(vec![], None, 11.0).run_left);
         assert!(!r.observe(vec![(11, 1)], Some("b"), 12.0).restarted);
         assert!(r.observe(vec![], None, 13.0).run_left);
-        assert!(!r.observe(vec![], None, 13.0 + HELD_SECONDS + 1.0).run_left);
         assert!(
-            !r.observe(vec![(12, 1)], Some("b"), 14.0 + HELD_SECONDS)
+            !r.observe(vec![], None, 13.0 + RESTART_SECONDS + 1.0)
+                .run_left
+        );
+        assert!(
+            !r.observe(vec![(12, 1)], Some("b"), 14.0 + RESTART_SECONDS)
                 .restarted
         );
         assert_eq!(r.lost_progress_seconds_total, 0.0);
@@ -210,7 +216,7 @@ mod tests {
     fn a_rank_replaced_between_two_samples_is_a_restart() {
         let mut r = Restarts::default();
         r.observe(vec![(10, 1)], Some("a"), 0.0);
-        r.booked(TimeState::Productive, 5.0, 5.0);
+        r.booked(false, 5.0, 5.0);
         assert!(r.observe(vec![(11, 6)], Some("a"), 6.0).restarted);
         assert_eq!(r.lost_progress_seconds_total, 5.0);
         // A worker joining is the same job.
