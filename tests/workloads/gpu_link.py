@@ -17,8 +17,11 @@ import contextlib
 import fcntl
 import mmap
 import os
+import signal
 import struct
+import sys
 import time
+import traceback
 
 MAGIC = b"SWGPULNK"
 HEADER = struct.Struct("<8sII")  # magic, version, slot count
@@ -189,3 +192,36 @@ class Slot:
     def release(self):
         self._store(pid=0, gpu=0, memory=0, busy_total=0.0, busy_since=0.0,
                     low_power=0, sm_share=0.0, start_ticks=0)
+
+
+def run_job(link_path, body):
+    """A job's life on the link: runs `body(take)`, where `take(gpu, memory_bytes)`
+    registers the calling process on a GPU and returns its slot. SIGTERM ends the
+    job with status 0, an exception with its traceback and 1; the slots are
+    released either way, and the process ends with os._exit, so daemonic children
+    (DataLoader workers) go with it."""
+    link = GpuLink.attach(link_path)
+    slots = []
+
+    def take(gpu, memory_bytes):
+        slots.append(link.register(os.getpid(), gpu, memory_bytes))
+        return slots[-1]
+
+    def on_term(*_):
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, on_term)
+    code = 0
+    try:
+        body(take)
+    except SystemExit as e:
+        code = e.code or 0
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    finally:
+        for slot in slots:
+            slot.release()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

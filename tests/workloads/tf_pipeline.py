@@ -35,15 +35,13 @@ import argparse
 import math
 import os
 import random
-import signal
 import sys
 import threading
 import time
-import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from gpu_link import GpuLink  # noqa: E402
+from gpu_link import run_job  # noqa: E402
 from knobs import name_thread  # noqa: E402
 
 GIB = 1 << 30
@@ -365,30 +363,13 @@ def main(argv=None):
     if args.measure:
         measure(args, import_tensorflow())
         return 0
-    link = GpuLink.attach(args.link)
-
-    def on_term(*_):
-        raise SystemExit(0)
-
-    signal.signal(signal.SIGTERM, on_term)
     start = time.monotonic()
-    slot, code = None, 0
-    try:
-        job = Job(args, import_tensorflow())
-        slot = link.register(os.getpid(), args.gpu, int(args.gpu_memory_gib * GIB))
-        job.run(slot, start)
-    except SystemExit as e:
-        code = e.code or 0
-    except BaseException:
-        traceback.print_exc()
-        code = 1
-    finally:
-        if slot is not None:
-            slot.release()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)  # TensorFlow's thread pools can make a normal exit slow
 
+    def body(take):
+        job = Job(args, import_tensorflow())
+        job.run(take(args.gpu, int(args.gpu_memory_gib * GIB)), start)
+
+    run_job(args.link, body)  # os._exit: TensorFlow's thread pools can make a normal exit slow
 
 if __name__ == "__main__":
     main()

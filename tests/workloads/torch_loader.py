@@ -34,14 +34,12 @@ import argparse
 import math
 import os
 import random
-import signal
 import sys
 import time
-import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from gpu_link import GpuLink  # noqa: E402
+from gpu_link import run_job  # noqa: E402
 
 GIB = 1 << 30
 IMAGES, SIDE = 32, 256
@@ -239,30 +237,13 @@ def main(argv=None):
     if args.measure:
         measure(args)
         return 0
-    link = GpuLink.attach(args.link)
-
-    def on_term(*_):
-        raise SystemExit(0)
-
-    signal.signal(signal.SIGTERM, on_term)
     start = time.monotonic()
-    slot, code = None, 0
-    try:
-        import torch  # noqa: F401  (the job takes its GPU once its framework is up)
-        slot = link.register(os.getpid(), args.gpu, int(args.gpu_memory_gib * GIB))
-        Job(args).run(slot, start)
-    except SystemExit as e:
-        code = e.code or 0
-    except BaseException:
-        traceback.print_exc()
-        code = 1
-    finally:
-        if slot is not None:
-            slot.release()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)  # DataLoader workers are daemonic: they go with the process
 
+    def body(take):
+        import torch  # noqa: F401  (the job takes its GPU once its framework is up)
+        Job(args).run(take(args.gpu, int(args.gpu_memory_gib * GIB)), start)
+
+    run_job(args.link, body)  # os._exit: DataLoader workers are daemonic, they go with the process
 
 if __name__ == "__main__":
     main()

@@ -40,6 +40,28 @@ pub enum Command {
     /// commands; not for use by hand.
     #[command(hide = true)]
     StackReader(ReaderArgs),
+    /// Feed frames recorded by `run --record-frames` through the detectors
+    /// at speed and print the findings (exit 0: none, 1: findings, 2: error).
+    /// A maintenance tool: not in the man pages.
+    #[command(hide = true)]
+    Replay(ReplayArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ReplayArgs {
+    /// The frames file (JSON lines, as `run --record-frames` writes them).
+    #[arg(value_name = "FRAMES")]
+    pub frames: PathBuf,
+    /// The configuration the recording daemon ran with (its `[diagnosis]`
+    /// rules and `[stacks] enabled`) [default: the built-in defaults].
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// Overrides `diagnosis.time_scale` (the recorded scenarios ran at 0.1).
+    #[arg(long, value_name = "SCALE")]
+    pub time_scale: Option<f64>,
+    /// Print JSON: the counts and every event, as `/api/v1/events` gives them.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use stallwatch::cli;
 use stallwatch::commands::{
-    check, fleet, goodput, run, stacks as stacks_cmd, status as status_cmd,
+    check, fleet, goodput, replay, run, stacks as stacks_cmd, status as status_cmd,
 };
 
 fn main() -> ExitCode {
@@ -22,5 +22,6 @@ fn main() -> ExitCode {
         })) => goodput::main(*args),
         Some(cli::Command::Fleet(args)) => fleet::main(args),
         Some(cli::Command::StackReader(args)) => stallwatch::contained::child::main(args),
+        Some(cli::Command::Replay(args)) => replay::main(args),
     }
 }

@@ -1,9 +1,10 @@
 //! What each `stallwatch` command does (`run`, `check`, `status`, `stacks`, `fleet`,
-//! `fleet goodput`), and the terminal report they print. The arguments are in `crate::cli`.
+//! `fleet goodput`, and the hidden `replay`), and the terminal report they print. The arguments are in `crate::cli`.
 
 pub mod check;
 pub mod fleet;
 pub mod goodput;
+pub mod replay;
 pub mod report;
 pub mod run;
 pub mod stacks;

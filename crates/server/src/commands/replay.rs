@@ -1,0 +1,165 @@
+//! `stallwatch replay FRAMES`: frames recorded by `run --record-frames` fed
+//! through the detectors at speed, with the rules of the daemon's config (or
+//! the defaults). Prints the findings by kind, per 100 GPU-hours of GPUs that
+//! held a job, and every episode; `--json` gives the events as
+//! `/api/v1/events` does. The live daemon also reads stacks to find a job's
+//! phase and to confirm a hang; the frames do not carry those reads, so the
+//! replay runs the rules as a daemon with `[stacks] enabled = false` does.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use diagnosis::{DiagnosisConfig, Engine, Event, Frame, Phase};
+use serde::Serialize;
+
+use crate::cli::ReplayArgs;
+use crate::config::Config;
+
+/// A gap between frames longer than this (the daemon was stopped) counts as
+/// no time watched.
+const MAX_GAP_S: f64 = 10.0;
+
+#[derive(Debug, Default, Serialize)]
+pub struct Replay {
+    pub frames: u64,
+    /// Wall time of the first and last frame, seconds since the epoch.
+    pub first: Option<f64>,
+    pub last: Option<f64>,
+    /// GPU-hours of fresh GPU data, and of those with a process on the GPU.
+    pub gpu_hours_watched: f64,
+    pub gpu_hours_held: f64,
+    /// Start events by kind.
+    pub findings: BTreeMap<String, u64>,
+    pub findings_per_100_gpu_hours: BTreeMap<String, f64>,
+    pub events: Vec<Event>,
+}
+
+/// Replays the frames in `path` through a fresh engine with `config`.
+pub fn replay(path: &Path, config: DiagnosisConfig) -> anyhow::Result<Replay> {
+    let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let mut engine = Engine::new(config);
+    let mut out = Replay::default();
+    let mut lines = BufReader::new(file).lines().enumerate().peekable();
+    while let Some((n, line)) = lines.next() {
+        let line = line.with_context(|| format!("cannot read {}", path.display()))?;
+        let frame: Frame = match serde_json::from_str(&line) {
+            Ok(f) => f,
+            // The daemon stopped in the middle of its last line.
+            Err(_) if lines.peek().is_none() && out.frames > 0 => break,
+            Err(e) => anyhow::bail!("{}:{}: {e}", path.display(), n + 1),
+        };
+        if let Some(last) = out.last {
+            let dt = frame.t - last;
+            if dt > 0.0 && dt <= MAX_GAP_S {
+                let fresh = frame.gpus.iter().filter(|g| g.fresh);
+                out.gpu_hours_watched += fresh.clone().count() as f64 * dt / 3600.0;
+                out.gpu_hours_held +=
+                    fresh.filter(|g| !g.processes.is_empty()).count() as f64 * dt / 3600.0;
+            }
+        }
+        out.first.get_or_insert(frame.t);
+        out.last = Some(frame.t);
+        out.frames += 1;
+        out.events.extend(engine.observe(&frame));
+    }
+    for e in out.events.iter().filter(|e| e.phase == Phase::Start) {
+        *out.findings.entry(e.kind.as_str().to_owned()).or_default() += 1;
+    }
+    if out.gpu_hours_held > 0.0 {
+        out.findings_per_100_gpu_hours = out
+            .findings
+            .iter()
+            .map(|(k, n)| (k.clone(), 100.0 * *n as f64 / out.gpu_hours_held))
+            .collect();
+    }
+    Ok(out)
+}
+
+/// The rules a daemon with this config file runs, as a replay can apply them.
+fn rules(args: &ReplayArgs) -> anyhow::Result<DiagnosisConfig> {
+    let config = match &args.config {
+        Some(path) => Config::load(path, true).map_err(|e| anyhow::anyhow!("{e}"))?,
+        None => Config::default(),
+    };
+    let mut rules = config.diagnosis.without_short_reads();
+    if let Some(scale) = args.time_scale {
+        anyhow::ensure!(
+            scale > 0.0 && scale.is_finite(),
+            "--time-scale must be above 0"
+        );
+        rules.time_scale = scale;
+    }
+    Ok(rules)
+}
+
+pub fn main(args: ReplayArgs) -> ExitCode {
+    let result = rules(&args).and_then(|rules| replay(&args.frames, rules));
+    let replayed = match result {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("stallwatch replay: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&replayed).unwrap_or_default()
+        );
+    } else {
+        print!("{}", text(&replayed));
+    }
+    ExitCode::from(u8::from(!replayed.findings.is_empty()))
+}
+
+fn text(r: &Replay) -> String {
+    let minutes = match (r.first, r.last) {
+        (Some(a), Some(b)) => (b - a) / 60.0,
+        _ => 0.0,
+    };
+    let mut s = format!(
+        "{} frames, {minutes:.1} min: {:.2} GPU-hours watched, {:.2} with a job\n",
+        r.frames, r.gpu_hours_watched, r.gpu_hours_held
+    );
+    if r.findings.is_empty() {
+        s.push_str("findings: none\n");
+        return s;
+    }
+    s.push_str("findings by kind (per 100 GPU-hours with a job):\n");
+    for (kind, n) in &r.findings {
+        let rate = r
+            .findings_per_100_gpu_hours
+            .get(kind)
+            .copied()
+            .unwrap_or(0.0);
+        s.push_str(&format!("  {kind}: {n} ({rate:.1})\n"));
+    }
+    s.push_str("episodes (minutes from the first frame):\n");
+    let first = r.first.unwrap_or(0.0);
+    for e in r.events.iter().filter(|e| e.phase == Phase::Start) {
+        let end = r
+            .events
+            .iter()
+            .find(|x| {
+                x.phase == Phase::End && x.kind == e.kind && x.gpu == e.gpu && x.time >= e.time
+            })
+            .map_or("still active".to_owned(), |x| {
+                format!("ended at {:.1}", (x.time - first) / 60.0)
+            });
+        let job = e
+            .job
+            .as_ref()
+            .map_or(String::new(), |j| format!(", pid {} {}", j.pid, j.comm));
+        s.push_str(&format!(
+            "  {:.1}: {} on GPU {}{job} ({end})\n",
+            (e.time - first) / 60.0,
+            e.kind.as_str(),
+            e.gpu,
+        ));
+    }
+    s
+}
