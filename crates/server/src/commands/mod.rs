@@ -1,5 +1,6 @@
 //! What each `stallwatch` command does (`run`, `check`, `status`, `stacks`, `fleet`,
-//! `fleet goodput`, and the hidden `replay`), and the terminal report they print. The arguments are in `crate::cli`.
+//! `fleet goodput`, the hidden `replay`), and the terminal report they print. The
+//! arguments are in `crate::cli`.
 
 pub mod check;
 pub mod fleet;
