@@ -111,7 +111,10 @@ def test_page_shows_the_stalled_gpu_why_and_what_to_do(daemon_factory, jobs):
     stacks = finding.select_one("div.stacks")
     assert text(stacks.strong).startswith(f"Python stacks of pid {starved.pid} (Python 3."), text(stacks)
     places = [text(li) for li in stacks.select("li")]
-    assert re.fullmatch(r"\d+% spin \(spinner\.py:\d+\)", places[0]), places
+    # The spinner's one call spins through the whole burst: how long a call takes is
+    # said as a lower bound, never a made-up figure.
+    assert re.fullmatch(r"\d+% spin \(spinner\.py:\d+\) ?, at least [\d.]+ m?s a call \(none seen to begin and end\)",
+                        places[0]), places
     assert len(stalled.select("div.stacks")) == 1
 
     # Where the GPU's time went: the starved one's input time, the healthy one's work
