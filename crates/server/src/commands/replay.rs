@@ -111,12 +111,12 @@ pub fn main(args: ReplayArgs) -> ExitCode {
             serde_json::to_string_pretty(&replayed).unwrap_or_default()
         );
     } else {
-        print!("{}", text(&replayed));
+        print!("{}", text_report(&replayed));
     }
     ExitCode::from(u8::from(!replayed.findings.is_empty()))
 }
 
-fn text(r: &Replay) -> String {
+fn text_report(r: &Replay) -> String {
     let minutes = match (r.first, r.last) {
         (Some(a), Some(b)) => (b - a) / 60.0,
         _ => 0.0,
@@ -162,4 +162,80 @@ fn text(r: &Replay) -> String {
         ));
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::*;
+
+    fn recorded() -> String {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/workloads/recorded/input_starved.jsonl");
+        std::fs::read_to_string(path).unwrap()
+    }
+
+    fn rules() -> DiagnosisConfig {
+        DiagnosisConfig {
+            time_scale: 0.1,
+            ..DiagnosisConfig::default()
+        }
+        .without_short_reads()
+    }
+
+    fn file_with(text: &str) -> tempfile::NamedTempFile {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(text.as_bytes()).unwrap();
+        f
+    }
+
+    #[test]
+    fn a_recorded_starvation_is_found_once_with_its_gpu_hours() {
+        let text = recorded();
+        let r = replay(file_with(&text).path(), rules()).unwrap();
+        assert_eq!(r.frames as usize, text.lines().count());
+        assert_eq!(r.findings.get("input_starved"), Some(&1));
+        // One GPU held by its job from the second frame on, 36 s of frames.
+        let span = r.last.unwrap() - r.first.unwrap();
+        assert!(r.gpu_hours_held > 0.0 && r.gpu_hours_held <= r.gpu_hours_watched);
+        assert!((r.gpu_hours_watched - span / 3600.0).abs() < 1e-9);
+        let rate = r.findings_per_100_gpu_hours["input_starved"];
+        assert!((rate - 100.0 / r.gpu_hours_held).abs() < 1e-6);
+        assert!(text_report(&r).contains("input_starved: 1"));
+    }
+
+    #[test]
+    fn a_last_line_cut_by_the_stop_is_left_out_but_a_bad_line_inside_is_an_error() {
+        let text = recorded();
+        let whole = text.lines().count();
+        let cut = format!("{}{{\"t\":17959", text);
+        let r = replay(file_with(&cut).path(), rules()).unwrap();
+        assert_eq!(r.frames as usize, whole);
+
+        let mut lines: Vec<&str> = text.lines().collect();
+        lines.insert(10, "{\"t\":");
+        let err = replay(file_with(&lines.join("\n")).path(), rules()).unwrap_err();
+        assert!(err.to_string().contains(":11:"), "{err}");
+    }
+
+    #[test]
+    fn a_gap_in_the_recording_counts_as_no_time_watched() {
+        let text = recorded();
+        let whole = replay(file_with(&text).path(), rules()).unwrap();
+        // The daemon stopped for an hour after the first half and started again.
+        let mut frames: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let half = frames.len() / 2;
+        for f in &mut frames[half..] {
+            f["t"] = (f["t"].as_f64().unwrap() + 3600.0).into();
+        }
+        let gapped: String = frames.iter().map(|f| format!("{f}\n")).collect();
+        let r = replay(file_with(&gapped).path(), rules()).unwrap();
+        let step =
+            frames[half]["t"].as_f64().unwrap() - 3600.0 - frames[half - 1]["t"].as_f64().unwrap();
+        assert!((r.gpu_hours_watched - (whole.gpu_hours_watched - step / 3600.0)).abs() < 1e-9);
+    }
 }
