@@ -15,12 +15,17 @@ for the time-per-call tests.
                             `__getitem__` (workers start 0.5 s apart); the
                             loop steps for 0.1 s a batch; `busy`: the
                             items burn the CPU instead of sleeping
+    calljob.py tf           a tf.data pipeline: `Dataset.range` mapped
+                            through `tf.py_function(load)`, where each item
+                            sleeps 0.1 s, in batches of 4; the loop steps
+                            for 0.1 s a batch
 
 Each call prints `call NAME SECONDS END`: the call's own duration and the
 time (since the epoch) it ended; each batch `wait SECONDS END`: the loop's
 own wait for it. Prints "ready" once it runs.
 """
 
+import os
 import sys
 import threading
 import time
@@ -139,13 +144,9 @@ def train_step():
     time.sleep(0.1)
 
 
-def train(workers, busy):
-    import torch.utils.data
-
-    item = 0.1 if workers == 0 else 0.25
-    loader = torch.utils.data.DataLoader(Images(item, busy), batch_size=4, num_workers=workers,
-                                         worker_init_fn=stagger if workers else None)
-    batches = iter(loader)
+def train(batches):
+    """The training loop: waits for each batch, timing its own wait, then
+    steps."""
     step = 0
     while True:
         start = time.perf_counter()
@@ -157,8 +158,32 @@ def train(workers, busy):
             print("ready", flush=True)
 
 
+def torch_batches(workers, busy):
+    import torch.utils.data
+
+    item = 0.1 if workers == 0 else 0.25
+    loader = torch.utils.data.DataLoader(Images(item, busy), batch_size=4, num_workers=workers,
+                                         worker_init_fn=stagger if workers else None)
+    return iter(loader)
+
+
+def load(i):
+    time.sleep(0.1)
+    return i
+
+
+def tf_batches():
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+
+    dataset = tf.data.Dataset.range(1_000_000).map(lambda i: tf.py_function(load, [i], tf.int64)).batch(4)
+    return iter(dataset)
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "calls":
         calls()
+    elif sys.argv[1] == "tf":
+        train(tf_batches())
     else:
-        train(int(sys.argv[2]), sys.argv[3:] == ["busy"])
+        train(torch_batches(int(sys.argv[2]), sys.argv[3:] == ["busy"]))

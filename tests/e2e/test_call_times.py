@@ -2,8 +2,8 @@
 Python jobs that time their own calls (calljob.py): the estimate is within
 20% of the job's own median for calls of at least 5 sampling periods
 (50 ms at the default 20 reads a second), shorter calls are said to be
-shorter than that, and a real PyTorch DataLoader's wait per batch is within
-25% of the loop's own."""
+shorter than that, and the wait per batch of a real PyTorch DataLoader and
+of a real tf.data pipeline is within 25% of the loop's own."""
 
 import importlib.util
 import json
@@ -100,24 +100,39 @@ def test_each_place_says_how_long_one_call_takes(calljob):
     assert "% burn (calljob.py:" in burn and ", about " in burn and " a call (median of " in burn, text
 
 
+def assert_loop_waits_as_it_measured(job, log, waiting_on):
+    """`stallwatch stacks` reads the loop's wait per batch within 25% of the
+    loop's own median."""
+    report, text = read_stacks(job.pid, 6)
+    b = report.get("batch_wait")
+    assert b, json.dumps(report["threads"], indent=1)
+    assert (b["function"], b["file"], b["tid"]) == ("train", "calljob.py", job.pid), b
+    assert b["waiting_on"] == waiting_on, b
+    own = own_median(log, "wait", "batch", report)
+    assert own >= 5 / 20
+    assert abs(b["per_batch"]["median_seconds"] - own) <= 0.25 * own, (b, own)
+    assert "the training loop (train (calljob.py:" in text and "for each batch (median of" in text, text
+    assert f"on {waiting_on}" in text, text
+    return f"estimated wait {b['per_batch']['median_seconds']:.3f} s ({b['per_batch']['calls']} batches), " \
+           f"own median {own:.3f} s"
+
+
 needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
+needs_tf = pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None,
+                              reason="tensorflow is not installed")
 
 
 @needs_torch
 @pytest.mark.parametrize("workers", [0, 2])
 def test_the_training_loops_wait_for_each_batch(calljob, workers):
     job, log = calljob("torch", str(workers))
-    report, text = read_stacks(job.pid, 6)
-    b = report.get("batch_wait")
-    assert b, json.dumps(report["threads"], indent=1)
-    assert (b["function"], b["file"], b["tid"]) == ("train", "calljob.py", job.pid), b
-    assert b["waiting_on"] == "the DataLoader's next batch", b
-    own = own_median(log, "wait", "batch", report)
-    assert own >= 5 / 20
-    print(f"{workers} workers: estimated wait {b['per_batch']['median_seconds']:.3f} s "
-          f"({b['per_batch']['calls']} batches), own median {own:.3f} s")
-    assert abs(b["per_batch"]["median_seconds"] - own) <= 0.25 * own, (b, own)
-    assert "the training loop (train (calljob.py:" in text and "for each batch (median of" in text, text
+    print(f"{workers} workers:", assert_loop_waits_as_it_measured(job, log, "the DataLoader's next batch"))
+
+
+@needs_tf
+def test_a_tf_data_loops_wait_for_each_batch(calljob):
+    job, log = calljob("tf")
+    print("tf.data:", assert_loop_waits_as_it_measured(job, log, "the tf.data iterator's next element"))
 
 
 @needs_torch
