@@ -117,9 +117,19 @@ def assert_loop_waits_as_it_measured(job, log, waiting_on):
            f"own median {own:.3f} s"
 
 
-needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
-needs_tf = pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None,
-                              reason="tensorflow is not installed")
+@pytest.fixture
+def torch_installed():
+    assert importlib.util.find_spec("torch"), "torch is not installed: scripts/install-test-deps installs it"
+
+
+@pytest.fixture
+def tf_installed():
+    assert importlib.util.find_spec("tensorflow"), "tensorflow is not installed: scripts/install-test-deps installs it"
+
+
+# The real frameworks are part of the test set: their absence is an install error, not a skip.
+needs_torch = pytest.mark.usefixtures("torch_installed")
+needs_tf = pytest.mark.usefixtures("tf_installed")
 
 
 @needs_torch
@@ -133,6 +143,13 @@ def test_the_training_loops_wait_for_each_batch(calljob, workers):
 def test_a_tf_data_loops_wait_for_each_batch(calljob):
     job, log = calljob("tf")
     print("tf.data:", assert_loop_waits_as_it_measured(job, log, "the tf.data iterator's next element"))
+    # The map's threads call `load` back to back from tf.data's runner: their calls
+    # merge, and what is said of them says so rather than pass a merged run for one call.
+    report, text = read_stacks(job.pid, 3)
+    loads = [line for line in text.splitlines() if "at load (calljob.py:" in line and " a call" in line]
+    assert loads, text
+    for line in loads:
+        assert "tf.data's map calls its Python function one call after another, and those merge" in line, line
 
 
 @needs_torch

@@ -41,6 +41,11 @@ pub struct CallTime {
     /// figures are a batch's, not an item's.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub batch_of_items: bool,
+    /// The calls were made one after another from one place by tf.data's
+    /// runner of a `py_function` (a map's Python function): back-to-back
+    /// calls merge, so the figures span several calls, not one.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub merged_by_tf_data: bool,
 }
 
 /// Where each read of one thread stood: the read's index in the burst and
@@ -150,6 +155,7 @@ pub fn estimate(mut whole: Vec<f64>, cut: &[f64], period: f64) -> Option<CallTim
             .map(round),
         period_seconds: round(period),
         batch_of_items: false,
+        merged_by_tf_data: false,
     })
 }
 
@@ -170,6 +176,10 @@ pub fn seconds_text(s: f64) -> String {
     }
 }
 
+/// What a figure says of calls tf.data's `py_function` runner made back to
+/// back.
+const TF_DATA_MERGED: &str = "; tf.data's map calls its Python function one call after another, and those merge: the figure spans several calls";
+
 /// `about 420 ms a call (median of 23 calls; p90 510 ms)`, `under 150 ms
 /// a call`, or `at least 9.5 s a call (none seen to begin and end)`; `what` names the unit (`a call`, `for each batch`).
 pub fn describe(t: &CallTime, what: &str) -> String {
@@ -182,6 +192,8 @@ pub fn describe(t: &CallTime, what: &str) -> String {
             .unwrap_or_default();
         let batch = if t.batch_of_items {
             "; a batch's items, called one after another by the DataLoader's fetch, count as one call"
+        } else if t.merged_by_tf_data {
+            TF_DATA_MERGED
         } else {
             ""
         };
@@ -197,8 +209,13 @@ pub fn describe(t: &CallTime, what: &str) -> String {
     }
     match t.at_least_seconds {
         Some(a) => format!(
-            "at least {} {what} (none seen to begin and end)",
-            seconds_text(a)
+            "at least {} {what} (none seen to begin and end{})",
+            seconds_text(a),
+            if t.merged_by_tf_data {
+                TF_DATA_MERGED
+            } else {
+                ""
+            }
         ),
         None => String::new(),
     }
@@ -308,6 +325,19 @@ mod tests {
         assert_eq!((t.calls, t.at_least_seconds), (0, Some(9.5)));
         assert!(describe(&t, "a call").starts_with("at least 9.5 s a call"));
         assert_eq!(estimate(vec![], &[], 0.05), None);
+    }
+
+    #[test]
+    fn calls_tf_data_merged_say_so_whatever_the_figure() {
+        let mut t = estimate(vec![], &[0.45], 0.05).unwrap();
+        t.merged_by_tf_data = true;
+        assert_eq!(
+            describe(&t, "a call"),
+            "at least 450 ms a call (none seen to begin and end; tf.data's map calls its Python function one call after another, and those merge: the figure spans several calls)"
+        );
+        let mut t = estimate(vec![0.4, 0.4, 0.4], &[], 0.05).unwrap();
+        t.merged_by_tf_data = true;
+        assert!(describe(&t, "a call").ends_with("the figure spans several calls)"));
     }
 
     #[test]

@@ -342,18 +342,23 @@ fn time_calls<'a, 'f: 'a>(
 ) -> Option<CallTime> {
     let period = calls::period(times)?;
     let (mut whole, mut cut) = (Vec::new(), Vec::new());
-    let mut batch_of_items = false;
+    let (mut batch_of_items, mut merged_by_tf_data) = (false, false);
     for timeline in timelines {
         let stood: Vec<Stood> = timeline.iter().map(|(i, f)| (*i, call_in(f))).collect();
-        batch_of_items |= stood
-            .iter()
-            .any(|(_, c)| c.is_some_and(|c| c.get(1..).is_some_and(fetched_by_data_loader)));
+        let above = |by: fn(&[CodeFrame]) -> bool| {
+            stood
+                .iter()
+                .any(|(_, c)| c.is_some_and(|c| c.get(1..).is_some_and(by)))
+        };
+        batch_of_items |= above(fetched_by_data_loader);
+        merged_by_tf_data |= above(run_by_tf_data);
         let (w, c) = calls::runs(times, &stood);
         whole.extend(w);
         cut.extend(c);
     }
     calls::estimate(whole, &cut, period).map(|t| CallTime {
         batch_of_items,
+        merged_by_tf_data,
         ..t
     })
 }
@@ -364,6 +369,15 @@ fn fetched_by_data_loader(above: &[CodeFrame]) -> bool {
     above
         .iter()
         .any(|f| f.library && f.file == "torch/utils/data/_utils/fetch.py")
+}
+
+/// Frames above a call that hold tf.data's runner of a `py_function` (or
+/// `numpy_function`): it calls the map's Python function for each element
+/// from one place.
+fn run_by_tf_data(above: &[CodeFrame]) -> bool {
+    above
+        .iter()
+        .any(|f| f.library && f.file == "tensorflow/python/ops/script_ops.py")
 }
 
 /// `PIL/Image.py` + `open` -> `PIL.Image.open`; the user's own functions
