@@ -378,30 +378,32 @@ pub const STARTUP_WORK_SECONDS: f64 = 10.0;
 /// has not yet been busy for [`STARTUP_WORK_SECONDS`] in a row.
 #[derive(Debug, Clone, Default)]
 pub struct Startup {
-    /// The jobs followed (pid, start time), sorted.
-    jobs: Vec<(u32, u64)>,
     busy_since: Option<f64>,
     worked: bool,
 }
 
 impl Startup {
-    /// Feeds a sample: the GPU's jobs, whether they are all young (still
-    /// in the warm-up) and whether the GPU was busy; returns whether they
-    /// are still starting. A new set of young jobs starts again; jobs first
-    /// seen past their warm-up (the daemon started after them) do not.
-    pub fn observe(&mut self, mut jobs: Vec<(u32, u64)>, young: bool, busy: bool, t: f64) -> bool {
-        jobs.sort_unstable();
-        if jobs.is_empty() {
+    /// Feeds a sample: whether the GPU has jobs and they are new this
+    /// sample (as [`Restarts`] tells), whether they are all young (still in
+    /// the warm-up) and whether the GPU was busy; returns whether they are
+    /// still starting. A new set of young jobs starts again; jobs first seen
+    /// past their warm-up (the daemon started after them) do not.
+    pub fn observe(
+        &mut self,
+        has_jobs: bool,
+        new_set: bool,
+        young: bool,
+        busy: bool,
+        t: f64,
+    ) -> bool {
+        if !has_jobs {
             *self = Startup::default();
             return false;
         }
-        // A job that joins running ones (a new worker) starts nothing.
-        let new_set = self.jobs.is_empty() || !jobs.iter().any(|j| self.jobs.contains(j));
         if new_set {
             self.worked = !young;
             self.busy_since = None;
         }
-        self.jobs = jobs;
         if !self.worked {
             if busy {
                 let since = *self.busy_since.get_or_insert(t);
@@ -630,21 +632,19 @@ mod tests {
     #[test]
     fn start_up_ends_with_sustained_work_and_starts_again_with_a_new_job() {
         let mut s = Startup::default();
-        assert!(s.observe(vec![(10, 1)], true, false, 0.0));
-        assert!(s.observe(vec![(10, 1)], true, true, 1.0));
+        assert!(s.observe(true, true, true, false, 0.0));
+        assert!(s.observe(true, false, true, true, 1.0));
         // A dip resets the run of busy samples.
-        assert!(s.observe(vec![(10, 1)], true, false, 5.0));
-        assert!(s.observe(vec![(10, 1)], true, true, 6.0));
-        assert!(s.observe(vec![(10, 1)], true, true, 15.0));
-        assert!(!s.observe(vec![(10, 1)], true, true, 16.0));
-        // Once working, an idle sample is no start-up.
-        assert!(!s.observe(vec![(10, 1)], true, false, 17.0));
-        // A worker joins: still the same job.
-        assert!(!s.observe(vec![(10, 1), (11, 9)], true, false, 18.0));
-        // The job restarted (a new pid): start-up again.
-        assert!(s.observe(vec![(12, 30)], true, false, 19.0));
-        assert!(!s.observe(vec![], false, false, 20.0));
+        assert!(s.observe(true, false, true, false, 5.0));
+        assert!(s.observe(true, false, true, true, 6.0));
+        assert!(s.observe(true, false, true, true, 15.0));
+        assert!(!s.observe(true, false, true, true, 16.0));
+        // Once working, an idle sample is no start-up, nor a worker joining.
+        assert!(!s.observe(true, false, true, false, 17.0));
+        // The job restarted (a new set of jobs): start-up again.
+        assert!(s.observe(true, true, true, false, 19.0));
+        assert!(!s.observe(false, false, false, false, 20.0));
         // A job the daemon found running long since is past its start-up.
-        assert!(!s.observe(vec![(13, 2)], false, false, 21.0));
+        assert!(!s.observe(true, true, false, false, 21.0));
     }
 }

@@ -107,14 +107,18 @@ pub(super) fn observe_gpu(
         .iter()
         .map(|j| (j.pid, j.start_time.to_bits()))
         .collect();
-    let starting = state
-        .startup
-        .observe(jobs.clone(), judged.all_warming, !idle, t);
     let run = holders
         .jobs
         .iter()
         .find_map(|j| j.run.as_ref().map(|r| r.run.as_str()));
-    let restart = state.restarts.observe(jobs.clone(), run, t);
+    let restart = state.restarts.observe(&jobs, run, t);
+    let starting = state.startup.observe(
+        !jobs.is_empty(),
+        restart.new_set,
+        judged.all_warming,
+        !idle,
+        t,
+    );
     if !starting {
         state.restarts.started();
     }

@@ -34,7 +34,7 @@ pub struct EndedJob {
 /// Follows the jobs of one GPU across restarts of their run.
 #[derive(Debug, Clone, Default)]
 pub struct Restarts {
-    /// The jobs on the GPU (pid, start time), sorted; empty when none.
+    /// The jobs on the GPU (pid, start time); empty when none.
     jobs: Vec<(u32, u64)>,
     /// Their run, or the run of the last jobs while none holds the GPU.
     run: Option<String>,
@@ -62,17 +62,14 @@ pub struct RestartState {
     pub run_left: bool,
     /// The GPU's jobs came back under the run id of the ones that left.
     pub restarted: bool,
+    /// The GPU's jobs are new this sample: none of them held it before (a
+    /// job that joins running ones, a new worker, is the same job).
+    pub new_set: bool,
 }
 
 impl Restarts {
-    /// Feeds a sample: the GPU's live jobs and their run.
-    pub fn observe(
-        &mut self,
-        mut jobs: Vec<(u32, u64)>,
-        run: Option<&str>,
-        t: f64,
-    ) -> RestartState {
-        jobs.sort_unstable();
+    /// Feeds a sample: the GPU's live jobs (pid, start time) and their run.
+    pub fn observe(&mut self, jobs: &[(u32, u64)], run: Option<&str>, t: f64) -> RestartState {
         if jobs.is_empty() {
             if !self.jobs.is_empty() {
                 self.end(t);
@@ -81,10 +78,9 @@ impl Restarts {
                 self.run.is_some() && self.left_at.is_some_and(|left| t - left <= RESTART_SECONDS);
             return RestartState {
                 run_left,
-                restarted: false,
+                ..RestartState::default()
             };
         }
-        // A job that joins running ones (a new worker) is the same job.
         let new_set = self.jobs.is_empty() || !jobs.iter().any(|j| self.jobs.contains(j));
         if new_set {
             if !self.jobs.is_empty() {
@@ -107,10 +103,14 @@ impl Restarts {
         } else if self.run.is_none() {
             self.run = run.map(str::to_owned);
         }
-        self.jobs = jobs;
+        if self.jobs != jobs {
+            self.jobs.clear();
+            self.jobs.extend_from_slice(jobs);
+        }
         RestartState {
             run_left: false,
             restarted: self.restarted,
+            new_set,
         }
     }
 
@@ -166,62 +166,62 @@ mod tests {
     fn a_run_that_comes_back_is_a_restart_and_loses_its_progress_since_the_checkpoint() {
         let mut r = Restarts::default();
         let run = Some("torchelastic:7");
-        assert_eq!(r.observe(vec![(10, 1)], run, 0.0), RestartState::default());
+        let first = r.observe(&[(10, 1)], run, 0.0);
+        assert!(first.new_set && !first.restarted && !first.run_left);
+        assert!(!r.observe(&[(10, 1)], run, 1.0).new_set);
         r.booked(false, 100.0, 100.0);
         r.booked(true, 0.0, 110.0);
         r.booked(false, 30.0, 140.0);
         assert_eq!(r.progress(), (Some(140.0), 30.0));
         r.booked(false, 20.0, 160.0);
         // Killed: the GPU waits for the run.
-        let gap = r.observe(vec![], None, 161.0);
+        let gap = r.observe(&[], None, 161.0);
         assert!(gap.run_left && !gap.restarted);
         let ended = r.ended.clone().unwrap();
         assert_eq!(ended.progress_since_checkpoint_seconds, 50.0);
         assert_eq!(ended.last_checkpoint, Some(140.0));
         // The run's next job comes back.
-        let back = r.observe(vec![(20, 2)], run, 170.0);
+        let back = r.observe(&[(20, 2)], run, 170.0);
         assert!(back.restarted && !back.run_left);
         assert_eq!(r.lost_progress_seconds_total, 50.0);
         assert!(r.ended.as_ref().unwrap().restarted);
         // Its progress starts from nothing.
         assert_eq!(r.progress(), (None, 0.0));
         r.started();
-        assert!(!r.observe(vec![(20, 2)], run, 171.0).restarted);
+        assert!(!r.observe(&[(20, 2)], run, 171.0).restarted);
     }
 
     #[test]
     fn another_run_or_a_long_gap_is_no_restart() {
         let mut r = Restarts::default();
-        r.observe(vec![(10, 1)], Some("a"), 0.0);
+        r.observe(&[(10, 1)], Some("a"), 0.0);
         r.booked(false, 10.0, 10.0);
-        assert!(r.observe(vec![], None, 11.0).run_left);
-        assert!(!r.observe(vec![(11, 1)], Some("b"), 12.0).restarted);
-        assert!(r.observe(vec![], None, 13.0).run_left);
+        assert!(r.observe(&[], None, 11.0).run_left);
+        assert!(!r.observe(&[(11, 1)], Some("b"), 12.0).restarted);
+        assert!(r.observe(&[], None, 13.0).run_left);
+        assert!(!r.observe(&[], None, 13.0 + RESTART_SECONDS + 1.0).run_left);
         assert!(
-            !r.observe(vec![], None, 13.0 + RESTART_SECONDS + 1.0)
-                .run_left
-        );
-        assert!(
-            !r.observe(vec![(12, 1)], Some("b"), 14.0 + RESTART_SECONDS)
+            !r.observe(&[(12, 1)], Some("b"), 14.0 + RESTART_SECONDS)
                 .restarted
         );
         assert_eq!(r.lost_progress_seconds_total, 0.0);
         // A job of no run leaves nothing to wait for.
         let mut r = Restarts::default();
-        r.observe(vec![(10, 1)], None, 0.0);
-        assert!(!r.observe(vec![], None, 1.0).run_left);
+        r.observe(&[(10, 1)], None, 0.0);
+        assert!(!r.observe(&[], None, 1.0).run_left);
     }
 
     #[test]
     fn a_rank_replaced_between_two_samples_is_a_restart() {
         let mut r = Restarts::default();
-        r.observe(vec![(10, 1)], Some("a"), 0.0);
+        r.observe(&[(10, 1)], Some("a"), 0.0);
         r.booked(false, 5.0, 5.0);
-        assert!(r.observe(vec![(11, 6)], Some("a"), 6.0).restarted);
+        assert!(r.observe(&[(11, 6)], Some("a"), 6.0).restarted);
         assert_eq!(r.lost_progress_seconds_total, 5.0);
         // A worker joining is the same job.
         let mut r = Restarts::default();
-        r.observe(vec![(10, 1)], Some("a"), 0.0);
-        assert!(!r.observe(vec![(10, 1), (11, 2)], Some("a"), 1.0).restarted);
+        r.observe(&[(10, 1)], Some("a"), 0.0);
+        let joined = r.observe(&[(10, 1), (11, 2)], Some("a"), 1.0);
+        assert!(!joined.restarted && !joined.new_set);
     }
 }
