@@ -78,22 +78,18 @@ pub fn runs(times: &[f64], stood: &[Stood]) -> (Vec<f64>, Vec<f64>) {
     let mut run: Option<(&[CodeFrame], usize, usize, bool)> = None;
     let mut previous: Option<usize> = None;
     let time = |i: usize| times.get(i).copied();
-    let time_of = |i: usize| times[i];
     let mut close = |run: (&[CodeFrame], usize, usize, bool), next_seen: bool| {
         let (_, first, last, started_seen) = run;
-        let span = match (time(first), time(last)) {
-            (Some(a), Some(b)) => b - a,
-            _ => return,
+        let (Some(start), Some(end)) = (time(first), time(last)) else {
+            return;
         };
         let around = (started_seen && next_seen)
             .then(|| Some((time(first - 1)?, time(last + 1)?)))
             .flatten();
         match around {
             // From the midpoint before its first read to the one after its last.
-            Some((before, after)) => {
-                whole.push(span + (after - time_of(last)) / 2.0 + (time_of(first) - before) / 2.0)
-            }
-            None => cut.push(span),
+            Some((before, after)) => whole.push((end + after) / 2.0 - (before + start) / 2.0),
+            None => cut.push(end - start),
         }
     };
     for &(i, call) in stood {
@@ -140,10 +136,7 @@ pub fn estimate(mut whole: Vec<f64>, cut: &[f64], period: f64) -> Option<CallTim
     let median = quantile(&whole, 0.5);
     let short = SHORT_PERIODS * period;
     let timed = median.filter(|m| *m >= short);
-    let longest_cut = cut
-        .iter()
-        .copied()
-        .fold(None, |m: Option<f64>, c| Some(m.map_or(c, |m| m.max(c))));
+    let longest_cut = cut.iter().copied().reduce(f64::max);
     Some(CallTime {
         calls: whole.len() as u32,
         median_seconds: timed.map(round),

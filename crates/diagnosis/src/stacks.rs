@@ -317,13 +317,13 @@ impl Place {
             Some(_) => self.entry.as_ref().unwrap_or(&self.leaf),
             None => &self.leaf,
         };
-        let above: Vec<&CodeFrame> = self.user.iter().chain(&self.callers).collect();
+        let above = self.user.iter().chain(&self.callers);
         let same = |a: &CodeFrame, b: &CodeFrame| a.function == b.function && a.file == b.file;
         // The outermost: a recursive call is one call.
         (0..frames.len()).rev().find_map(|at| {
             let fits = same(&frames[at], call)
                 && above
-                    .iter()
+                    .clone()
                     .enumerate()
                     .all(|(k, a)| frames.get(at + 1 + k).is_some_and(|f| same(f, a)));
             fits.then(|| &frames[at..])
@@ -472,31 +472,22 @@ const WAITS: &[(&str, &str, &str)] = &[
 ];
 
 /// Data-loading calls a training loop waits on for its next batch, by
-/// module file and function.
-const BATCH_CALLS: &[(&str, &str, &str)] = &[
-    (
-        "torch/utils/data/dataloader.py",
-        "__next__",
-        "the DataLoader's next batch",
-    ),
-    (
-        "tensorflow/python/data/ops/iterator_ops.py",
-        "__next__",
-        "the tf.data iterator's next element",
-    ),
-    ("queue.py", "get", "queue.get"),
+/// module file and function; what each waits on is its entry in `WAITS`.
+const BATCH_CALLS: &[(&str, &str)] = &[
+    ("torch/utils/data/dataloader.py", "__next__"),
+    ("tensorflow/python/data/ops/iterator_ops.py", "__next__"),
+    ("queue.py", "get"),
 ];
 
-/// A data-loading call the user's own code makes in `frames`, with what
-/// it waits on: from the call's frame to the root.
-fn batch_call(frames: &[CodeFrame]) -> Option<(&[CodeFrame], &'static str)> {
+/// A data-loading call the user's own code makes in `frames`: from the
+/// call's frame to the root.
+fn batch_call(frames: &[CodeFrame]) -> Option<&[CodeFrame]> {
     (0..frames.len().saturating_sub(1)).rev().find_map(|at| {
         let (f, caller) = (&frames[at], &frames[at + 1]);
-        let function = f.function.rsplit('.').next().unwrap_or(&f.function);
-        let what = BATCH_CALLS
+        let known = BATCH_CALLS
             .iter()
-            .find(|(file, func, _)| f.library && f.file == *file && *func == function)?;
-        (!caller.library).then_some((&frames[at..], what.2))
+            .any(|(file, func)| f.file == *file && bare_function(f) == *func);
+        (f.library && known && !caller.library).then_some(&frames[at..])
     })
 }
 
@@ -506,7 +497,7 @@ fn batch_wait(
     times: &[f64],
     timelines: &HashMap<(u32, &str), (u32, &str, Timeline)>,
 ) -> Option<BatchWait> {
-    let (key, (tid, name, timeline)) = timelines
+    let (_, (tid, name, timeline), _) = timelines
         .iter()
         .map(|(k, v)| {
             (
@@ -516,16 +507,12 @@ fn batch_wait(
             )
         })
         .filter(|(_, _, n)| *n > 0)
-        .max_by(|a, b| a.2.cmp(&b.2).then_with(|| b.0.cmp(a.0)))
-        .map(|(k, v, _)| (k, v))?;
-    let _ = key;
-    let (call, what) = timeline.iter().find_map(|(_, f)| batch_call(f))?;
+        .max_by(|a, b| a.2.cmp(&b.2).then_with(|| b.0.cmp(a.0)))?;
+    let call = timeline.iter().find_map(|(_, f)| batch_call(f))?;
     let caller = &call[1];
-    let per_batch = time_calls(times, std::iter::once(timeline), |f| {
-        batch_call(f).map(|(c, _)| c)
-    })?;
+    let per_batch = time_calls(times, std::iter::once(timeline), batch_call)?;
     Some(BatchWait {
-        waiting_on: what.to_owned(),
+        waiting_on: waiting_on(&call[0])?,
         tid: *tid,
         thread: (*name).to_owned(),
         function: caller.function.clone(),
@@ -550,8 +537,13 @@ pub fn describe_batch_wait(b: &BatchWait) -> String {
     )
 }
 
+/// `Queue.get` -> `get`: the function without its class.
+fn bare_function(f: &CodeFrame) -> &str {
+    f.function.rsplit('.').next().unwrap_or(&f.function)
+}
+
 fn waiting_on(leaf: &CodeFrame) -> Option<String> {
-    let function = leaf.function.rsplit('.').next().unwrap_or(&leaf.function);
+    let function = bare_function(leaf);
     WAITS
         .iter()
         .find(|(file, func, _)| {

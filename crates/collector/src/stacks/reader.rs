@@ -314,14 +314,20 @@ impl StackReader {
             return HashMap::new();
         }
         // The job's own tids, kept across reads and read again only when a
-        // thread is not among them (a thread made since).
-        if let Some((own, main)) = &spy.own_tids {
-            let found = spy.finder.find(&spy.spy.process, &pthreads, own, *main);
-            if found.len() == pthreads.len() {
-                return found;
-            }
+        // thread is not among them (a thread made since); looked through
+        // again only where they changed.
+        let found = match &spy.own_tids {
+            Some((own, main)) => spy.finder.find(&spy.spy.process, &pthreads, own, *main),
+            None => HashMap::new(),
+        };
+        if found.len() == pthreads.len() {
+            return found;
         }
-        let (own, main) = spy.own_tids.insert(tids.own_tids(root, pid));
+        let fresh = tids.own_tids(root, pid);
+        if spy.own_tids.as_ref() == Some(&fresh) {
+            return found;
+        }
+        let (own, main) = spy.own_tids.insert(fresh);
         spy.finder.find(&spy.spy.process, &pthreads, own, *main)
     }
 
