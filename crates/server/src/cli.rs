@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::fleet::goodput::By;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "stallwatch",
@@ -53,7 +55,8 @@ pub struct ReplayArgs {
     #[arg(value_name = "FRAMES")]
     pub frames: PathBuf,
     /// The configuration the recording daemon ran with (its `[diagnosis]`
-    /// rules and `[stacks] enabled`) [default: the built-in defaults].
+    /// rules, run as with `[stacks] enabled = false`: the frames carry no
+    /// stack reads) [default: the built-in defaults].
     #[arg(long, value_name = "PATH")]
     pub config: Option<PathBuf>,
     /// Overrides `diagnosis.time_scale` (the recorded scenarios ran at 0.1).
@@ -128,8 +131,8 @@ pub struct PrometheusArgs {
 pub struct GoodputArgs {
     /// What to rank by lost GPU-hours: runs (their own ledger, with the
     /// time their ranks waited for a straggler), namespaces, users or hosts.
-    #[arg(long, value_enum, default_value_t = GoodputBy::Namespace)]
-    pub by: GoodputBy,
+    #[arg(long, value_enum, default_value_t = By::Namespace)]
+    pub by: By,
     /// How far back: the hours up to now.
     #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = humantime::parse_duration)]
     pub since: Duration,
@@ -141,14 +144,6 @@ pub struct GoodputArgs {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum GoodputBy {
-    Run,
-    Namespace,
-    User,
-    Instance,
 }
 
 #[derive(Debug, Clone, Args)]

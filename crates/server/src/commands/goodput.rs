@@ -5,7 +5,7 @@ use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::cli::{GoodputArgs, GoodputBy};
+use crate::cli::GoodputArgs;
 use crate::commands::check::{EXIT_ERROR, EXIT_FOUND};
 use crate::commands::fleet::client;
 use crate::fleet::goodput::{self, Answers, By};
@@ -22,15 +22,6 @@ fn range_words(d: Duration) -> String {
         s if s % 3600 == 0 => format!("{}h", s / 3600),
         s if s % 60 == 0 => format!("{}m", s / 60),
         s => format!("{s}s"),
-    }
-}
-
-fn by(b: GoodputBy) -> By {
-    match b {
-        GoodputBy::Run => By::Run,
-        GoodputBy::Namespace => By::Namespace,
-        GoodputBy::User => By::User,
-        GoodputBy::Instance => By::Instance,
     }
 }
 
@@ -92,8 +83,7 @@ pub fn main(args: GoodputArgs) -> ExitCode {
             return ExitCode::from(EXIT_ERROR);
         }
     };
-    let by = by(args.by);
-    match answer(&client, by, args.since, args.top, args.json) {
+    match answer(&client, args.by, args.since, args.top, args.json) {
         Ok(Some(text)) => {
             let _ = std::io::stdout().lock().write_all(text.as_bytes());
             ExitCode::SUCCESS
@@ -102,7 +92,7 @@ pub fn main(args: GoodputArgs) -> ExitCode {
             let url = args.prometheus.prometheus.as_deref().unwrap_or_default();
             eprint!(
                 "stallwatch: {}",
-                goodput::nothing_recorded(by, &range_words(args.since), url)
+                goodput::nothing_recorded(args.by, &range_words(args.since), url)
             );
             ExitCode::from(EXIT_FOUND)
         }

@@ -32,8 +32,8 @@ pub const WAITING_FOR_PEERS: &str = "waiting_for_peers";
 const PRODUCTIVE: &str = "productive";
 const NO_JOB: &str = "no_job";
 
-/// What the answer is grouped by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// What the answer is grouped by (`--by`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum By {
     Run,
