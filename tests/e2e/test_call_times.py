@@ -102,7 +102,7 @@ def test_each_place_says_how_long_one_call_takes(calljob):
 
 def assert_loop_waits_as_it_measured(job, log, waiting_on):
     """`stallwatch stacks` reads the loop's wait per batch within 25% of the
-    loop's own median."""
+    loop's own median; returns what to print and the terminal's text."""
     report, text = read_stacks(job.pid, 6)
     b = report.get("batch_wait")
     assert b, json.dumps(report["threads"], indent=1)
@@ -113,8 +113,8 @@ def assert_loop_waits_as_it_measured(job, log, waiting_on):
     assert abs(b["per_batch"]["median_seconds"] - own) <= 0.25 * own, (b, own)
     assert "the training loop (train (calljob.py:" in text and "for each batch (median of" in text, text
     assert f"on {waiting_on}" in text, text
-    return f"estimated wait {b['per_batch']['median_seconds']:.3f} s ({b['per_batch']['calls']} batches), " \
-           f"own median {own:.3f} s"
+    return (f"estimated wait {b['per_batch']['median_seconds']:.3f} s ({b['per_batch']['calls']} batches), "
+            f"own median {own:.3f} s"), text
 
 
 @pytest.fixture
@@ -136,16 +136,16 @@ needs_tf = pytest.mark.usefixtures("tf_installed")
 @pytest.mark.parametrize("workers", [0, 2])
 def test_the_training_loops_wait_for_each_batch(calljob, workers):
     job, log = calljob("torch", str(workers))
-    print(f"{workers} workers:", assert_loop_waits_as_it_measured(job, log, "the DataLoader's next batch"))
+    print(f"{workers} workers:", assert_loop_waits_as_it_measured(job, log, "the DataLoader's next batch")[0])
 
 
 @needs_tf
 def test_a_tf_data_loops_wait_for_each_batch(calljob):
     job, log = calljob("tf")
-    print("tf.data:", assert_loop_waits_as_it_measured(job, log, "the tf.data iterator's next element"))
+    said, text = assert_loop_waits_as_it_measured(job, log, "the tf.data iterator's next element")
+    print("tf.data:", said)
     # The map's threads call `load` back to back from tf.data's runner: their calls
     # merge, and what is said of them says so rather than pass a merged run for one call.
-    report, text = read_stacks(job.pid, 3)
     loads = [line for line in text.splitlines() if "at load (calljob.py:" in line and " a call" in line]
     assert loads, text
     for line in loads:

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from daemon import BINARY, free_port, http_get
+from daemon import BINARY, free_port, http_get, poll
 from goodput_fleet import STATES, WAITING, Fleet, backfill, check
 from prometheus_server import PrometheusServer
 
@@ -29,17 +29,12 @@ def served(tmp_path_factory):
     fleet.write_openmetrics(tmp / "fleet.om")
     backfill(tmp / "fleet.om", tmp / "data")
     server = PrometheusServer(tmp, "global:\n  evaluation_interval: 1m\n")
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if http_get(server.url + "/-/ready")[0] == 200:
-                break
-        except OSError:
-            pass
-        time.sleep(0.2)
-    else:
+    try:
+        poll(lambda: http_get(server.url + "/-/ready")[0] == 200,
+             "Prometheus did not get ready on the backfilled TSDB", 30)
+    except AssertionError:
         server.stop()
-        pytest.fail("Prometheus did not get ready on the backfilled TSDB")
+        raise
     yield fleet, server.url
     server.stop()
 

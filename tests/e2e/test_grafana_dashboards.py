@@ -202,6 +202,10 @@ def test_queries_use_documented_metrics_and_the_datasource_variable():
     assert bad == []
 
 
+def dashboard(name):
+    return load_dashboard(next(p for p in DASHBOARDS if p.name == name))
+
+
 # The raw series each fleet-wide view may read: the fleet's one, job info, is cut
 # down to stalled jobs on the server.
 FLEET_VIEWS = {"stallwatch-fleet.json": {"stallwatch_job_info"}, "stallwatch-gpu-hours.json": set()}
@@ -210,13 +214,8 @@ FLEET_VIEWS = {"stallwatch-fleet.json": {"stallwatch_job_info"}, "stallwatch-gpu
 @pytest.mark.parametrize("name", FLEET_VIEWS)
 def test_fleet_views_read_only_recording_rules(name):
     """At 10,000 GPUs the fleet views must not touch per-GPU series."""
-    dashboard = load_dashboard(next(p for p in DASHBOARDS if p.name == name))
-    raw = {n for _, t in targets(dashboard) for n in METRIC.findall(t["expr"]) if ":" not in n}
+    raw = {n for _, t in targets(dashboard(name)) for n in METRIC.findall(t["expr"]) if ":" not in n}
     assert raw <= FLEET_VIEWS[name]
-
-
-def dashboard(name):
-    return load_dashboard(next(p for p in DASHBOARDS if p.name == name))
 
 
 def variable_names(d):

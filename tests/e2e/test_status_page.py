@@ -113,7 +113,7 @@ def test_page_shows_the_stalled_gpu_why_and_what_to_do(daemon_factory, jobs):
     places = [text(li) for li in stacks.select("li")]
     # The spinner's one call spins through the whole burst: how long a call takes is
     # said as a lower bound, never a made-up figure.
-    assert re.fullmatch(r"\d+% spin \(spinner\.py:\d+\) ?, at least [\d.]+ m?s a call \(none seen to begin and end\)",
+    assert re.fullmatch(r"\d+% spin \(spinner\.py:\d+\) , at least [\d.]+ m?s a call \(none seen to begin and end\)",
                         places[0]), places
     assert len(stalled.select("div.stacks")) == 1
 
