@@ -13,15 +13,12 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context;
+use diagnosis::ledger::TimeState;
 use diagnosis::{DiagnosisConfig, Engine, Event, Frame, Phase};
 use serde::Serialize;
 
 use crate::cli::ReplayArgs;
 use crate::config::Config;
-
-/// A gap between frames longer than this (the daemon was stopped) counts as
-/// no time watched.
-const MAX_GAP_S: f64 = 10.0;
 
 #[derive(Debug, Default, Serialize)]
 pub struct Replay {
@@ -29,7 +26,10 @@ pub struct Replay {
     /// Wall time of the first and last frame, seconds since the epoch.
     pub first: Option<f64>,
     pub last: Option<f64>,
-    /// GPU-hours of fresh GPU data, and of those with a process on the GPU.
+    /// GPU-hours of fresh GPU data, and of those with a job on the GPU, as
+    /// the engine's own ledger booked them (docs/goodput.md): its watched
+    /// time less `unknown` (no GPU data, a gap in the recording), and of
+    /// that the time booked to a job's states (all but `no_job`).
     pub gpu_hours_watched: f64,
     pub gpu_hours_held: f64,
     /// Start events by kind.
@@ -52,19 +52,15 @@ pub fn replay(path: &Path, config: DiagnosisConfig) -> anyhow::Result<Replay> {
             Err(_) if lines.peek().is_none() && out.frames > 0 => break,
             Err(e) => anyhow::bail!("{}:{}: {e}", path.display(), n + 1),
         };
-        if let Some(last) = out.last {
-            let dt = frame.t - last;
-            if dt > 0.0 && dt <= MAX_GAP_S {
-                let fresh = frame.gpus.iter().filter(|g| g.fresh);
-                out.gpu_hours_watched += fresh.clone().count() as f64 * dt / 3600.0;
-                out.gpu_hours_held +=
-                    fresh.filter(|g| !g.processes.is_empty()).count() as f64 * dt / 3600.0;
-            }
-        }
         out.first.get_or_insert(frame.t);
         out.last = Some(frame.t);
         out.frames += 1;
         out.events.extend(engine.observe(&frame));
+    }
+    for g in engine.status() {
+        let seen = g.time.total() - g.time.seconds(TimeState::Unknown);
+        out.gpu_hours_watched += (seen + g.time_held_seconds) / 3600.0;
+        out.gpu_hours_held += (seen - g.time.seconds(TimeState::NoJob)) / 3600.0;
     }
     for e in out.events.iter().filter(|e| e.phase == Phase::Start) {
         *out.findings.entry(e.kind.as_str().to_owned()).or_default() += 1;
@@ -217,6 +213,23 @@ mod tests {
         lines.insert(10, "{\"t\":");
         let err = replay(file_with(&lines.join("\n")).path(), rules()).unwrap_err();
         assert!(err.to_string().contains(":11:"), "{err}");
+    }
+
+    #[test]
+    fn a_recording_sampled_every_15_s_is_watched_time_as_the_daemon_books_it() {
+        let text = recorded();
+        let mut frames: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let t0 = frames[0]["t"].as_f64().unwrap();
+        for (i, f) in frames.iter_mut().enumerate() {
+            f["t"] = (t0 + 15.0 * i as f64).into();
+        }
+        let spaced: String = frames.iter().map(|f| format!("{f}\n")).collect();
+        let r = replay(file_with(&spaced).path(), rules()).unwrap();
+        let span = 15.0 * (frames.len() - 1) as f64;
+        assert!((r.gpu_hours_watched - span / 3600.0).abs() < 1e-9, "{r:?}");
     }
 
     #[test]
