@@ -127,9 +127,10 @@ class Daemon:
         binary=BINARY,
         prefix=(),
         server="",
+        sampling="",
     ):
         """`binary` runs under `prefix` (a command such as setpriv that execs its arguments);
-        `server` is extra TOML lines for the `[server]` table."""
+        `server` and `sampling` are extra TOML lines for the `[server]` and `[sampling]` tables."""
         assert BINARY.exists(), f"{BINARY} missing: run `cargo build --workspace` first"
         assert FAKE_NVML.exists(), f"{FAKE_NVML} missing: run `cargo build --workspace` first"
         self.dir = tmp_path
@@ -149,7 +150,7 @@ class Daemon:
             self.set_scenario(scenario)
         self.config_path.write_text(
             f'[server]\nlisten = "127.0.0.1:{self.port}"\n{server}'
-            f'[sampling]\ninterval = "{interval}"\n'
+            f'[sampling]\ninterval = "{interval}"\n{sampling}'
             f'[gpu]\nnvml_library = "{library}"\ntimeout = "100ms"\ninit_retry_max = "2s"\n'
             + config
         )

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Instant, SystemTime};
 
+use crate::cost::{Stage, charge};
 use crate::error::CollectError;
 use crate::faults::{FaultFeed, FaultOptions};
 use crate::gpu::{GpuOptions, GpuSource};
@@ -11,7 +12,8 @@ use crate::kubelet::{Kubelet, KubeletOptions};
 use crate::proc::ProcReader;
 use crate::proc::user::UserOptions;
 use crate::sample::faults::KernelLogState;
-use crate::sample::{ErrorCounts, Sample};
+use crate::sample::{ErrorCounts, GpuReadout, Sample};
+use crate::thread_reads::{Reason, ThreadReadCounts, ThreadReads};
 use crate::time::unix_seconds;
 
 pub struct Collector {
@@ -19,6 +21,9 @@ pub struct Collector {
     proc: ProcReader,
     faults: Option<FaultFeed>,
     kubelet: Option<Kubelet>,
+    /// Which jobs' threads the next sample reads.
+    thread_reads: ThreadReads,
+    samples: u64,
 }
 
 impl Collector {
@@ -28,7 +33,27 @@ impl Collector {
             gpu: GpuSource::start(gpu)?,
             faults: None,
             kubelet: None,
+            thread_reads: ThreadReads::default(),
+            samples: 0,
         })
+    }
+
+    /// Reads a job's threads every sample only while it needs it (see
+    /// thread_reads.rs): `busy_above` as the diagnosis's, and the others
+    /// every `every` samples.
+    pub fn with_thread_reads(mut self, busy_above: f64, every: u64) -> Self {
+        self.thread_reads.busy_above = Some(busy_above);
+        self.thread_reads.every = every;
+        self.proc.keep_thread_files(every);
+        self
+    }
+
+    /// What the next sample must read every thread of: the jobs on
+    /// `watched` GPUs (a stall kind pending or active), and every job while
+    /// someone `asked` for thread views.
+    pub fn set_thread_needs(&mut self, watched: Vec<u32>, asked: bool) {
+        self.thread_reads.watched = watched;
+        self.thread_reads.asked = asked;
     }
 
     /// How a job's user is read and shown.
@@ -70,12 +95,30 @@ impl Collector {
             }
         }
         let holders: Vec<(u32, Vec<u32>)> = holders.into_iter().collect();
-        let mut jobs = self.proc.read_jobs(&holders, &mut errors);
+        let reasons = self.reasons(&holders, &gpu);
+        let carry: Vec<u32> = reasons
+            .iter()
+            .filter(|(_, r)| r.is_none())
+            .map(|(pid, _)| *pid)
+            .collect();
+        charge(Stage::Nvml);
+        let mut jobs = self.proc.read_jobs_carrying(&holders, &carry, &mut errors);
+        let mut thread_reads = ThreadReadCounts::default();
+        for job in &jobs {
+            let reason = reasons
+                .iter()
+                .find(|(pid, _)| *pid == job.leader.id.pid)
+                .and_then(|(_, r)| *r);
+            // Due to be carried but read: a process new or changed.
+            let read = reason.or((!job.threads_carried).then_some(Reason::Changed));
+            thread_reads.add(read);
+        }
         let kubernetes = self
             .kubelet
             .as_mut()
             .map(|k| k.attribute(&gpu.gpus, &mut jobs));
         let host = self.proc.read_host(&mut errors);
+        charge(Stage::Proc);
         Sample {
             timestamp_seconds,
             duration_seconds: started.elapsed().as_secs_f64(),
@@ -85,6 +128,26 @@ impl Collector {
             errors,
             kernel_log,
             kubernetes,
+            thread_reads,
         }
+    }
+
+    /// Why each job's threads are read this sample, by leader; `None`: they
+    /// are carried.
+    fn reasons(
+        &mut self,
+        holders: &[(u32, Vec<u32>)],
+        gpu: &GpuReadout,
+    ) -> Vec<(u32, Option<Reason>)> {
+        self.samples += 1;
+        // Stale readings say nothing of now: every job is read.
+        let readings = if gpu.stale { &[][..] } else { &gpu.gpus[..] };
+        holders
+            .iter()
+            .map(|(pid, gpus)| {
+                let reason = self.thread_reads.reason(self.samples, *pid, gpus, readings);
+                (*pid, reason)
+            })
+            .collect()
     }
 }

@@ -32,6 +32,8 @@ pub fn derive(prev: Option<(&Sample, &Snapshot)>, cur: &Sample) -> Snapshot {
         .filter(|dt| *dt > 0.0);
     let mut errors_total = prev.map(|(_, s)| s.errors_total).unwrap_or_default();
     errors_total.merge(&cur.errors);
+    let mut thread_reads_total = prev.map(|(_, s)| s.thread_reads_total).unwrap_or_default();
+    thread_reads_total.merge(&cur.thread_reads);
 
     let comms: HashMap<u32, &str> = cur
         .jobs
@@ -68,6 +70,8 @@ pub fn derive(prev: Option<(&Sample, &Snapshot)>, cur: &Sample) -> Snapshot {
         errors_total,
         kernel_log: cur.kernel_log,
         kubernetes: cur.kubernetes.clone(),
+        thread_reads_total,
+        own_cost: Default::default(),
     }
 }
 
@@ -186,16 +190,31 @@ fn derive_job(
     let mut threads = ThreadStates::default();
     job_processes(job).for_each(|p| p.threads.iter().for_each(|t| threads.add(t.state)));
 
-    let (cpu_cores, read_rate, top_threads) = match (before, interval) {
-        (Some((prev, snap)), Some(dt)) => (
+    let (cpu_cores, read_rate) = match (before, interval) {
+        (Some((_, snap)), Some(dt)) => (
             Some((totals.cpu_seconds - snap.cpu_seconds_total) / dt),
             totals
                 .io
                 .zip(snap.read_bytes_total)
                 .map(|(io, before)| (io.read_bytes - before) as f64 / dt),
-            top_threads(prev, job, dt),
         ),
-        _ => (None, None, Vec::new()),
+        _ => (None, None),
+    };
+    // Threads carried as last read: the rates of the last two reads hold.
+    // Read again: over the time since the last read (a sample's interval,
+    // or the slow cadence's when the job's GPUs were busy).
+    let (top_threads, threads_read_seconds) = match before {
+        Some((_, snap)) if job.threads_carried => {
+            (snap.top_threads.clone(), snap.threads_read_seconds)
+        }
+        Some((prev, snap)) if interval.is_some() => {
+            let top = match snap.threads_read_seconds.map(|t| now - t) {
+                Some(dt) if dt > 0.0 => top_threads(prev, job, dt),
+                _ => Vec::new(),
+            };
+            (top, Some(now))
+        }
+        _ => (Vec::new(), (!job.threads_carried).then_some(now)),
     };
     let top_processes = match (before, interval) {
         (Some((prev, _)), Some(dt)) => top_processes(prev, job, &top_threads, dt),
@@ -228,6 +247,7 @@ fn derive_job(
         cpu_seconds_total: totals.cpu_seconds,
         cpu_cores,
         top_threads,
+        threads_read_seconds,
         top_processes,
         rss_bytes: job_processes(job).map(|p| p.rss_bytes).sum(),
         read_bytes_total: totals.io.map(|io| io.read_bytes),

@@ -6,6 +6,7 @@
 //! [`snapshot::Snapshot`], which is all the rest of the program reads.
 
 pub mod collector;
+pub mod cost;
 pub mod delta;
 pub mod error;
 pub mod faults;
@@ -14,6 +15,7 @@ pub mod kubelet;
 pub mod proc;
 pub mod sample;
 pub mod snapshot;
+pub mod thread_reads;
 pub mod time;
 
 pub use error::CollectError;

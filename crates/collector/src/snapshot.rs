@@ -30,6 +30,14 @@ pub struct Snapshot {
     /// The kubelet reader's state; `None` when it is off.
     #[serde(default)]
     pub kubernetes: Option<crate::sample::kubernetes::KubernetesState>,
+    /// Job samples that read their threads, by reason, and that carried
+    /// them, since the daemon started.
+    #[serde(default)]
+    pub thread_reads_total: crate::thread_reads::ThreadReadCounts,
+    /// The daemon's own CPU by stage and memory, read as the sample ended
+    /// (set by the sampler).
+    #[serde(default)]
+    pub own_cost: crate::cost::OwnCost,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -175,9 +183,14 @@ pub struct JobSnapshot {
     pub cpu_seconds_total: f64,
     /// CPU used over the last interval, in cores.
     pub cpu_cores: Option<f64>,
-    /// The busiest threads over the last interval, busiest first (at most
-    /// `delta::TOP_THREADS`).
+    /// The busiest threads over the interval between the last two reads of
+    /// the job's threads, busiest first (at most `delta::TOP_THREADS`).
     pub top_threads: Vec<ThreadUsage>,
+    /// When the job's threads were last read (they are not read every
+    /// sample while its GPUs are busy: thread_reads.rs), seconds since the
+    /// epoch; `None` while its threads were never read.
+    #[serde(default)]
+    pub threads_read_seconds: Option<f64>,
     /// CPU over the last interval of each process that owns one of
     /// `top_threads`, busiest first: whether busy threads share one process
     /// (and so one GIL) and how much that process used as a whole.

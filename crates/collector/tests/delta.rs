@@ -48,6 +48,7 @@ fn job(leader: ProcessSample, descendants: Vec<ProcessSample>) -> JobSample {
         stdout_bytes: Some(100),
         stderr_bytes: None,
         output_modified_seconds: Some(900.0),
+        threads_carried: false,
     }
 }
 

@@ -167,6 +167,20 @@ impl Engine {
         amended
     }
 
+    /// The GPUs a stall kind is pending or active on: their jobs' threads
+    /// are wanted every sample.
+    pub fn watched_gpus(&self) -> Vec<u32> {
+        self.gpus
+            .iter()
+            .filter(|s| {
+                Kind::ALL.iter().enumerate().any(|(i, k)| {
+                    k.is_stall() && (s.episodes[i].is_active() || s.episodes[i].is_pending())
+                })
+            })
+            .map(|s| s.index)
+            .collect()
+    }
+
     /// Per-GPU status, in GPU index order.
     pub fn status(&self) -> Vec<GpuStatus> {
         let mut out: Vec<GpuStatus> = self

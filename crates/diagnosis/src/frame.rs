@@ -120,9 +120,14 @@ pub struct JobFrame {
     /// CPU used over the last interval by all the job's processes, in cores.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_cores: Option<f64>,
-    /// Busiest threads over the last interval, busiest first.
+    /// Busiest threads between the last two reads of the job's threads,
+    /// busiest first.
     #[serde(default)]
     pub top_threads: Vec<ThreadFrame>,
+    /// When the job's threads were last read, seconds since the epoch (not
+    /// every sample while its GPUs are busy; absent from older frames).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threads_read_at: Option<f64>,
     /// CPU over the last interval of the processes owning the top threads,
     /// busiest first (absent from frames recorded before it existed).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

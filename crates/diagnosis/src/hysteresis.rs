@@ -33,6 +33,11 @@ impl Episode {
         self.active_since.is_some()
     }
 
+    /// Inactive, with its enter condition holding since some time.
+    pub fn is_pending(&self) -> bool {
+        self.active_since.is_none() && self.pending_since.is_some()
+    }
+
     /// Feeds one sample's condition at time `t`. `allowed` false forbids
     /// starting (a refinement whose parent is not active); `force_end` ends an
     /// active episode at once.

@@ -59,6 +59,7 @@ pub fn job_status(job: &JobFrame, gpu: &GpuFrame, t: f64, warmup: f64) -> JobSta
         warming_up: t - job.start_time < warmup,
         cpu_cores: job.cpu_cores.map(round),
         top_thread: job.top_threads.first().map(ThreadEvidence::from),
+        threads_read_at: job.threads_read_at,
         last_output: job.last_output,
         gpu_memory_bytes: gpu
             .processes

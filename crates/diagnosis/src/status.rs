@@ -67,6 +67,10 @@ pub struct JobStatus {
     pub cpu_cores: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub top_thread: Option<crate::evidence::ThreadEvidence>,
+    /// When the job's threads behind `top_thread` were read, seconds since
+    /// the epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threads_read_at: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_output: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -131,6 +131,7 @@ fn job(j: u32, tf: f64) -> JobSample {
         stdout_bytes: Some(10_000 + tf as u64 * 100),
         stderr_bytes: Some(500),
         output_modified_seconds: Some(1_700_000_000.0 + tf),
+        threads_carried: false,
     }
 }
 
@@ -197,6 +198,7 @@ fn sample(tf: f64) -> Sample {
         jobs: (0..GPUS).map(|j| job(j, tf)).collect(),
         kernel_log: Default::default(),
         kubernetes: None,
+        thread_reads: Default::default(),
         host: HostSample {
             cpu: Some(cpu(1000.0)),
             cores: (0..CORES).map(|c| cpu(500.0 + c as f64)).collect(),

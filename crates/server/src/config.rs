@@ -117,12 +117,30 @@ pub struct SamplingConfig {
     /// Time between two samples.
     #[serde(with = "humantime_serde")]
     pub interval: Duration,
+    /// Time between two reads of the threads of a job whose GPUs are all
+    /// busy, no stall pending or active on them, nobody asking for thread
+    /// views; 0 reads every job's threads every sample.
+    #[serde(with = "humantime_serde")]
+    pub busy_threads_interval: Duration,
 }
 
 impl Default for SamplingConfig {
     fn default() -> Self {
         SamplingConfig {
             interval: Duration::from_secs(1),
+            busy_threads_interval: Duration::from_secs(15),
+        }
+    }
+}
+
+impl SamplingConfig {
+    /// Samples between two reads of a busy job's threads (1: every one).
+    pub fn busy_threads_every(&self) -> u64 {
+        let every = self.busy_threads_interval.as_secs_f64() / self.interval.as_secs_f64();
+        if every.is_finite() && every >= 1.0 {
+            every.round().min(3600.0) as u64
+        } else {
+            1
         }
     }
 }
@@ -346,6 +364,13 @@ impl Config {
             .map_err(|(key, message)| invalid(key, message))?;
         if self.sampling.interval < Duration::from_millis(100) {
             return Err(invalid("sampling.interval", "must be at least 100ms"));
+        }
+        let busy = self.sampling.busy_threads_interval;
+        if !busy.is_zero() && (busy < self.sampling.interval || busy > Duration::from_secs(3600)) {
+            return Err(invalid(
+                "sampling.busy_threads_interval",
+                "must be 0s (every sample) or between sampling.interval and 1h",
+            ));
         }
         if self.gpu.timeout.is_zero() {
             return Err(invalid("gpu.timeout", "must be greater than 0"));

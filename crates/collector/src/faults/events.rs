@@ -164,10 +164,12 @@ fn watch(nvml: &Nvml, wait: Duration, tx: &Sender<XidReport>) -> Result<bool, ()
             }
         }
         let Some(reg) = &registered else {
+            crate::cost::charge(crate::cost::Stage::Nvml);
             std::thread::sleep(wait);
             continue;
         };
         had_set = true;
+        crate::cost::charge(crate::cost::Stage::Nvml);
         match reg.set.wait(ms) {
             Ok(data) => {
                 if let Some(report) = report(&reg.members, &data) {

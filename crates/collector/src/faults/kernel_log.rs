@@ -84,6 +84,7 @@ fn follow(mut file: File, tx: &Sender<XidReport>) -> Result<(), ()> {
     let mut buf = vec![0u8; 16 * 1024];
     let mut lines = Lines::default();
     loop {
+        crate::cost::charge(crate::cost::Stage::Faults);
         match file.read(&mut buf) {
             Ok(0) => std::thread::sleep(POLL),
             Ok(n) => {

@@ -52,6 +52,7 @@ pub fn run(
         if replies.send((readout, errors)).is_err() {
             return;
         }
+        crate::cost::charge(crate::cost::Stage::Nvml);
     }
 }
 

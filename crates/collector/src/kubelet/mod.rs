@@ -160,6 +160,7 @@ fn refresh_loop(options: &KubeletOptions, tx: &SyncSender<Refresh>) {
                 // The sampler has two answers it did not take yet.
                 Err(TrySendError::Full(_)) | Ok(()) => {}
             }
+            crate::cost::charge(crate::cost::Stage::Kubelet);
             tokio::time::sleep(options.refresh).await;
         }
     });

@@ -30,9 +30,12 @@ pub(super) struct Memory {
     pub schedstat: bool,
 }
 
+/// Reads the jobs of `holders`; the threads of the jobs whose leader is in
+/// `carry` are carried as last read where they can be (see thread_reads.rs).
 pub(super) fn read_jobs(
     reader: &Mount,
     holders: &[(u32, Vec<u32>)],
+    carry: &[u32],
     errors: &mut ErrorCounts,
     memory: &mut Memory,
 ) -> Vec<JobSample> {
@@ -58,7 +61,21 @@ pub(super) fn read_jobs(
                 errors: &mut *errors,
                 buf: &mut buf,
                 memory: &mut *memory,
+                carry: carry.contains(pid),
+                carried: false,
+                read_anyway: false,
             };
+            let job = walk.job(*pid, gpus, &holder_pids);
+            if !(walk.read_anyway && walk.carried) {
+                return job.map(|mut j| {
+                    j.threads_carried = walk.carried && !walk.read_anyway;
+                    j
+                });
+            }
+            // A process of a carried job had to be read (new, or its thread
+            // count changed) after others were carried: the whole job is
+            // read, so that all its threads' times are from one moment.
+            walk.carry = false;
             walk.job(*pid, gpus, &holder_pids)
         })
         .collect()
@@ -70,6 +87,13 @@ struct Walk<'a> {
     errors: &'a mut ErrorCounts,
     buf: &'a mut Buffer,
     memory: &'a mut Memory,
+    /// This job's threads are carried as last read, not read.
+    carry: bool,
+    /// Threads of the job's processes were carried.
+    carried: bool,
+    /// A process of the carried job could not be carried: the rest of the
+    /// job is read.
+    read_anyway: bool,
 }
 
 /// The fields of a `stat` line the reader keeps, owned.
@@ -134,6 +158,7 @@ impl Walk<'_> {
             stdout_bytes: output.stdout_bytes,
             stderr_bytes: output.stderr_bytes,
             output_modified_seconds: output.modified_seconds,
+            threads_carried: false,
         })
     }
 
@@ -276,7 +301,9 @@ impl Walk<'_> {
     /// listed by every thread: a child belongs to the thread that forked it.
     /// The thread ids listed in an earlier sample are used while they hold
     /// (see tasks.rs); a listed thread that is gone makes a new listing. A
-    /// quiet process's threads (see tasks.rs) are carried, none read.
+    /// quiet process's threads (see tasks.rs), and those of a job whose
+    /// threads are not read this sample (thread_reads.rs), are carried, none
+    /// read.
     fn threads(
         &mut self,
         dir: &Path,
@@ -285,12 +312,20 @@ impl Walk<'_> {
         with_children: bool,
     ) -> (Vec<ThreadSample>, Vec<u32>) {
         let (pid, start) = (stat.pid, stat.starttime);
-        if self.memory.schedstat
-            && let Some(threads) = self
-                .memory
-                .tasks
-                .quiet(pid, start, stat.num_threads, activity)
-        {
+        let tasks = &mut self.memory.tasks;
+        let kept = if self.carry {
+            tasks.carried(pid, start, stat.num_threads)
+        } else if self.memory.schedstat {
+            tasks.quiet(pid, start, stat.num_threads, activity)
+        } else {
+            None
+        };
+        if self.carry {
+            self.carried |= kept.is_some();
+            self.read_anyway |= kept.is_none();
+            self.carry = kept.is_some();
+        }
+        if let Some(threads) = kept {
             let mut children = Vec::new();
             if with_children {
                 for thread in &threads {
@@ -392,11 +427,15 @@ impl Walk<'_> {
         let task = || dir.join("task").join(tid.to_string());
         if !self.memory.schedstat {
             let stat = self.stat(tid, Kind::ThreadStat, || task().join("stat"))?;
+            let cpu_seconds = self.reader.ticks_to_seconds(stat.cpu_ticks);
+            self.memory
+                .tasks
+                .put_stat_thread(tid, cpu_seconds, &stat.comm, stat.state);
             return Some(ThreadSample {
                 tid,
                 name: stat.comm,
                 state: stat.state,
-                cpu_seconds: self.reader.ticks_to_seconds(stat.cpu_ticks),
+                cpu_seconds,
                 wait_seconds: None,
             });
         }

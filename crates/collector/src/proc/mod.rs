@@ -107,6 +107,18 @@ impl ProcReader {
         holders: &[(u32, Vec<u32>)],
         errors: &mut ErrorCounts,
     ) -> Vec<JobSample> {
+        self.read_jobs_carrying(holders, &[], errors)
+    }
+
+    /// [`ProcReader::read_jobs`], carrying the threads of the jobs whose
+    /// leader is in `carry` as last read, where they were read before (see
+    /// thread_reads.rs): their processes are read, their threads are not.
+    pub fn read_jobs_carrying(
+        &mut self,
+        holders: &[(u32, Vec<u32>)],
+        carry: &[u32],
+        errors: &mut ErrorCounts,
+    ) -> Vec<JobSample> {
         let mut memory = std::mem::take(&mut self.memory);
         memory.files.begin();
         memory.tasks.begin();
@@ -114,7 +126,7 @@ impl ProcReader {
         memory.ranks.begin();
         memory.users.begin();
         memory.libraries.begin();
-        let jobs = job::read_jobs(&self.mount, holders, errors, &mut memory);
+        let jobs = job::read_jobs(&self.mount, holders, carry, errors, &mut memory);
         self.memory = memory;
         jobs
     }
@@ -122,6 +134,12 @@ impl ProcReader {
     /// How a job's user is read and shown (`[identity]`; see `user.rs`).
     pub fn set_user_options(&mut self, options: user::UserOptions) {
         self.memory.users = user::Users::new(options);
+    }
+
+    /// Keeps the threads' files open for `samples` samples unread: as long
+    /// as a job's threads may go unread (see thread_reads.rs).
+    pub fn keep_thread_files(&mut self, samples: u64) {
+        self.memory.files.keep_thread_files(samples);
     }
 
     /// Whether threads' CPU time comes from `schedstat` (see `tasks.rs`).

@@ -44,18 +44,23 @@ pub enum Kind {
 }
 
 impl Kind {
-    /// Samples a file may go unread before it is closed.
-    fn keep_samples(self) -> u64 {
+    /// Samples a file may go unread before it is closed; `threads` for the
+    /// threads' files.
+    fn keep_samples(self, threads: u64) -> u64 {
         match self {
             Kind::Children => super::children::QUIET_REFRESH_SAMPLES + 1,
             // Thread `stat`s are read only when a thread ran (see tasks.rs),
             // `schedstat`s not while their process is quiet; both at least
-            // every REFRESH_SAMPLES samples.
-            Kind::ThreadStat | Kind::Schedstat => super::tasks::REFRESH_SAMPLES + 1,
+            // every REFRESH_SAMPLES samples, or a busy job's every few
+            // (thread_reads.rs).
+            Kind::ThreadStat | Kind::Schedstat => threads,
             _ => 1,
         }
     }
 }
+
+/// Samples a thread's file may go unread by default.
+const THREAD_KEEP: u64 = super::tasks::REFRESH_SAMPLES + 1;
 
 /// The most files kept open when the limit on open files is the usual 1024.
 const MIN_OPEN: usize = 512;
@@ -69,6 +74,8 @@ pub struct OpenFiles {
     enabled: bool,
     max_open: usize,
     sample: u64,
+    /// Samples the threads' files may go unread, beyond `THREAD_KEEP`.
+    thread_keep: u64,
     /// (pid or tid, kind) -> (open file, sample last read in)
     files: FxHashMap<(u32, Kind), (File, u64)>,
 }
@@ -79,6 +86,7 @@ impl Clone for OpenFiles {
         OpenFiles {
             enabled: self.enabled,
             max_open: self.max_open,
+            thread_keep: self.thread_keep,
             ..OpenFiles::default()
         }
     }
@@ -105,10 +113,16 @@ impl OpenFiles {
 
     /// Starts a sample: closes the files not read for their kind's period.
     pub fn begin(&mut self) {
-        let now = self.sample;
+        let (now, threads) = (self.sample, self.thread_keep.max(THREAD_KEEP));
         self.files
-            .retain(|(_, kind), (_, used)| now - *used < kind.keep_samples());
+            .retain(|(_, kind), (_, used)| now - *used < kind.keep_samples(threads));
         self.sample += 1;
+    }
+
+    /// Keeps the threads' files open while a job's threads go unread for
+    /// up to `samples` samples.
+    pub fn keep_thread_files(&mut self, samples: u64) {
+        self.thread_keep = samples.saturating_add(1);
     }
 
     /// How many files are open now.

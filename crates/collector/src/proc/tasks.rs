@@ -49,6 +49,20 @@ struct ThreadMemo {
     name: String,
     state: char,
     used: u64,
+    /// CPU seconds from the thread's `stat`, where `schedstat` is not read.
+    stat_cpu: Option<f64>,
+}
+
+impl ThreadMemo {
+    fn sample(&self, tid: u32) -> ThreadSample {
+        ThreadSample {
+            tid,
+            name: self.name.clone(),
+            state: self.state,
+            cpu_seconds: self.stat_cpu.unwrap_or_else(|| self.sched.cpu_seconds()),
+            wait_seconds: self.stat_cpu.is_none().then(|| self.sched.wait_seconds()),
+        }
+    }
 }
 
 /// What moves when a process's threads run: its CPU time in clock ticks and
@@ -155,19 +169,39 @@ impl Tasks {
         if memo.asleep_at != Some(activity) {
             return None;
         }
-        let mut threads = Vec::with_capacity(memo.tids.len());
-        for tid in &memo.tids {
-            let thread = self.threads.get_mut(tid)?;
+        Self::as_last_read(&mut self.threads, sample, &memo.tids)
+    }
+
+    /// The threads `tids` as last read, marked used; `None` when one was
+    /// never read.
+    fn as_last_read(
+        threads: &mut FxHashMap<u32, ThreadMemo>,
+        sample: u64,
+        tids: &[u32],
+    ) -> Option<Vec<ThreadSample>> {
+        let mut out = Vec::with_capacity(tids.len());
+        for tid in tids {
+            let thread = threads.get_mut(tid)?;
             thread.used = sample;
-            threads.push(ThreadSample {
-                tid: *tid,
-                name: thread.name.clone(),
-                state: thread.state,
-                cpu_seconds: thread.sched.cpu_seconds(),
-                wait_seconds: Some(thread.sched.wait_seconds()),
-            });
+            out.push(thread.sample(*tid));
         }
-        Some(threads)
+        Some(out)
+    }
+
+    /// The threads of a process whose job's threads are not read this
+    /// sample (see thread_reads.rs), as last read: while its list holds
+    /// (`num_threads` listed) and every thread on it was read before.
+    /// Unlike [`Tasks::quiet`], whatever the threads did since.
+    pub fn carried(&mut self, pid: u32, start: u64, num_threads: u64) -> Option<Vec<ThreadSample>> {
+        let sample = self.sample;
+        let memo = Self::holding(
+            &mut self.processes,
+            sample,
+            false,
+            (pid, start),
+            num_threads,
+        )?;
+        Self::as_last_read(&mut self.threads, sample, &memo.tids)
     }
 
     /// The thread's name and state from its last `stat`, when it did not run
@@ -191,10 +225,21 @@ impl Tasks {
     }
 
     pub fn put_thread(&mut self, tid: u32, sched: Schedstat, name: &str, state: char) {
+        self.put(tid, sched, None, name, state);
+    }
+
+    /// A thread read from its `stat` alone (no `schedstat`): kept only to be
+    /// carried (see [`Tasks::carried`]).
+    pub fn put_stat_thread(&mut self, tid: u32, cpu_seconds: f64, name: &str, state: char) {
+        self.put(tid, Schedstat::default(), Some(cpu_seconds), name, state);
+    }
+
+    fn put(&mut self, tid: u32, sched: Schedstat, stat_cpu: Option<f64>, name: &str, state: char) {
         let sample = self.sample;
         match self.threads.get_mut(&tid) {
             Some(m) => {
                 m.sched = sched;
+                m.stat_cpu = stat_cpu;
                 m.state = state;
                 m.used = sample;
                 if m.name != name {
@@ -209,6 +254,7 @@ impl Tasks {
                         name: name.to_owned(),
                         state,
                         used: sample,
+                        stat_cpu,
                     },
                 );
             }

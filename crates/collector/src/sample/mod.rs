@@ -26,6 +26,9 @@ pub struct Sample {
     /// The kubelet reader's state; `None` when it is off.
     #[serde(default)]
     pub kubernetes: Option<kubernetes::KubernetesState>,
+    /// Which jobs read their threads in this sample, and why.
+    #[serde(default)]
+    pub thread_reads: crate::thread_reads::ThreadReadCounts,
 }
 
 /// The state of NVML and every GPU it reported.
@@ -209,6 +212,10 @@ pub struct JobSample {
     pub stderr_bytes: Option<u64>,
     /// Latest modification time of those files, seconds since the epoch.
     pub output_modified_seconds: Option<f64>,
+    /// Its threads were not read this sample: each is as last read (see
+    /// thread_reads.rs).
+    #[serde(default)]
+    pub threads_carried: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

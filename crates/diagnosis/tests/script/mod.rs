@@ -56,6 +56,7 @@ pub fn job(pid: u32, cpu: f64, top_thread: f64) -> JobFrame {
             cpu: top_thread,
             wait: None,
         }],
+        threads_read_at: None,
         top_processes: vec![],
         threads_total: 20,
         threads_running: 2,

@@ -47,6 +47,7 @@ pub async fn stacks(
         )
             .into_response();
     }
+    state.thread_views.ask();
     let Some(stacks) = &state.stacks else {
         return (
             StatusCode::SERVICE_UNAVAILABLE,

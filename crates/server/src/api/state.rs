@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::StacksConfig;
+use crate::sampling::asked::ThreadViews;
 use crate::sampling::bodies::MetricsBodies;
 use crate::sampling::sampler::{LatestRx, SharedEngine};
 use crate::sampling::stacks::Stacks;
@@ -20,4 +21,6 @@ pub struct AppState {
     pub stacks_config: StacksConfig,
     /// `/metrics` bodies of the latest sample.
     pub metrics: Arc<MetricsBodies>,
+    /// Someone asking for thread views (the status, a job's stacks).
+    pub thread_views: Arc<ThreadViews>,
 }

@@ -9,6 +9,7 @@ use diagnosis::{Event, GpuStatus};
 use serde::{Deserialize, Serialize};
 
 use crate::api::state::AppState;
+use crate::sampling::sampler::Latest;
 
 /// Most events one request returns.
 pub const MAX_LIMIT: usize = 1000;
@@ -54,7 +55,7 @@ pub fn nvml_state(up: bool, stale: bool) -> &'static str {
 }
 
 pub async fn status(State(state): State<AppState>) -> Response {
-    let latest = state.latest.borrow().clone();
+    let latest = with_threads_read(&state).await;
     let Some(latest) = latest else {
         return (StatusCode::SERVICE_UNAVAILABLE, "no sample taken yet\n").into_response();
     };
@@ -66,6 +67,34 @@ pub async fn status(State(state): State<AppState>) -> Response {
         kubernetes: latest.snapshot.kubernetes.clone(),
     })
     .into_response()
+}
+
+/// The latest sample, once every job's threads in it were read in that
+/// sample. Asks for thread views: while jobs on busy GPUs had their threads
+/// carried (see the collector's thread_reads.rs), waits for the sample
+/// that reads them, at most a few intervals.
+async fn with_threads_read(state: &AppState) -> Option<Latest> {
+    state.thread_views.ask();
+    let mut rx = state.latest.clone();
+    let deadline = tokio::time::Instant::now() + state.interval * 3;
+    loop {
+        let latest = rx.borrow_and_update().clone();
+        let fresh = latest.as_ref().is_none_or(|l| {
+            let s = &l.snapshot;
+            s.jobs.iter().all(|j| {
+                j.threads_read_seconds
+                    .is_none_or(|t| t >= s.timestamp_seconds)
+            })
+        });
+        if fresh
+            || !matches!(
+                tokio::time::timeout_at(deadline, rx.changed()).await,
+                Ok(Ok(()))
+            )
+        {
+            return latest;
+        }
+    }
 }
 
 /// What `/api/v1/events` returns, from its query string.

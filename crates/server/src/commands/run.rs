@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, mpsc};
 
 use anyhow::Context;
 use collector::collector::Collector;
+use collector::cost::{self, Stage};
 use collector::gpu::GpuOptions;
 use diagnosis::Engine;
 use tokio::sync::watch;
@@ -19,6 +20,7 @@ use crate::http::web_config::{WebConfig, WebConfigError};
 use crate::http::web_config_reload::WebConfigSource;
 use crate::logging;
 use crate::notify;
+use crate::sampling::asked::ThreadViews;
 use crate::sampling::bodies::MetricsBodies;
 use crate::sampling::privileges::PrivilegesCheck;
 use crate::sampling::sampler::Sampler;
@@ -78,8 +80,12 @@ pub fn main(args: RunArgs) -> ExitCode {
 fn serve(config: Config, web: WebConfig, record_frames: Option<PathBuf>) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        // The HTTP side's CPU, each time it goes idle (a scrape's rendering
+        // is charged to `render` as it happens).
+        .on_thread_park(|| cost::charge(Stage::Http))
         .build()
         .context("cannot start the async runtime")?;
+    cost::charge(Stage::Startup);
     runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(config.server.listen)
             .await
@@ -97,6 +103,10 @@ fn serve(config: Config, web: WebConfig, record_frames: Option<PathBuf>) -> anyh
         )
         .and_then(|c| c.with_faults(config.faults.options(config.nvml_library())))
         .map(|c| config.identity.apply(c))
+        .map(|c| {
+            let every = config.sampling.busy_threads_every();
+            c.with_thread_reads(config.diagnosis.busy_above, every)
+        })
         .and_then(|c| config.kubernetes.apply(c))
         .context("cannot start the collector")?;
         let record = match &record_frames {
@@ -127,6 +137,7 @@ fn serve(config: Config, web: WebConfig, record_frames: Option<PathBuf>) -> anyh
             (None, None)
         };
         let metrics = Arc::new(MetricsBodies::default());
+        let thread_views = Arc::new(ThreadViews::default());
         let privileges = PrivilegesCheck::start(config.procfs.root.clone());
         let sampler = Sampler {
             collector,
@@ -137,6 +148,7 @@ fn serve(config: Config, web: WebConfig, record_frames: Option<PathBuf>) -> anyh
             metrics: metrics.clone(),
             max_processes: config.gpu.max_processes,
             privileges,
+            thread_views: thread_views.clone(),
         }
         .spawn(publish, stop_rx)
         .context("cannot start the sampling thread")?;
@@ -148,6 +160,7 @@ fn serve(config: Config, web: WebConfig, record_frames: Option<PathBuf>) -> anyh
             stacks,
             stacks_config: config.stacks.clone(),
             metrics,
+            thread_views,
         });
         tracing::info!(
             listen = %config.server.listen,
@@ -160,6 +173,7 @@ fn serve(config: Config, web: WebConfig, record_frames: Option<PathBuf>) -> anyh
         if web.auth.is_some() && web.tls.is_none() {
             tracing::warn!("basic auth without TLS: passwords cross the network in clear text");
         }
+        cost::charge(Stage::Startup);
         notify::ready();
         let web = WebConfigSource::new(config.server.web_config_file().map(Into::into), web);
         crate::http::serve::run(listener, app, &config.server, web, shutdown_signal()).await;

@@ -68,9 +68,13 @@ impl BasicAuth {
         let ok = {
             let _one_at_a_time = self.bcrypt.acquire().await;
             self.bcrypt_checks.fetch_add(1, Ordering::Relaxed);
-            tokio::task::spawn_blocking(move || bcrypt::verify(password, &hash).unwrap_or(false))
-                .await
-                .unwrap_or(false)
+            tokio::task::spawn_blocking(move || {
+                let ok = bcrypt::verify(password, &hash).unwrap_or(false);
+                collector::cost::charge(collector::cost::Stage::Http);
+                ok
+            })
+            .await
+            .unwrap_or(false)
         };
         if ok && known {
             self.lock().insert(user, hmac::sign(&self.key, &message));

@@ -10,6 +10,7 @@ mod gpu;
 mod host;
 mod job;
 mod labels;
+mod own_cost;
 mod verdicts;
 
 use std::ops::Range;
@@ -216,7 +217,8 @@ fn own(e: &mut DescriptorEncoder, s: &Snapshot) -> Result<(), std::fmt::Error> {
                 s.errors_total.get(src) as f64,
             )
         }),
-    )
+    )?;
+    own_cost::encode(e, s)
 }
 
 #[cfg(test)]

@@ -24,6 +24,7 @@ use axum::body::Bytes;
 
 use super::gzip::Gzip;
 use crate::metrics::{Format, Renderer, Scrape};
+use collector::cost::{self, Stage};
 use collector::snapshot::Snapshot;
 
 /// Scrapes further apart than this are not expected again.
@@ -92,7 +93,10 @@ impl MetricsBodies {
         self.asked.lock().unwrap_or_else(PoisonError::into_inner)[format as usize]
             [usize::from(gzip)]
         .ask(now);
-        self.get(scrape, format, gzip)
+        cost::charge(Stage::Http);
+        let body = self.get(scrape, format, gzip);
+        cost::charge(Stage::Render);
+        body
     }
 
     /// Called as a sample is published (at `now`, the next one due

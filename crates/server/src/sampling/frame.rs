@@ -166,6 +166,7 @@ fn job(j: &JobSnapshot) -> JobFrame {
                 wait: t.wait_ratio,
             })
             .collect(),
+        threads_read_at: j.threads_read_seconds,
         top_processes: j
             .top_processes
             .iter()

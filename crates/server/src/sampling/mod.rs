@@ -3,6 +3,7 @@
 //! stacks thread that reads Python stacks, and the `/metrics` bodies made
 //! ahead of the scrapes (`bodies`, deflated by `gzip`) that the route serves.
 
+pub mod asked;
 pub mod bodies;
 pub mod frame;
 pub mod gzip;

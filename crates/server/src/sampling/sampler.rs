@@ -12,6 +12,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use collector::collector::Collector;
+use collector::cost::{self, Stage};
 use collector::delta::derive;
 use collector::privileges::Privileges;
 use collector::sample::Sample;
@@ -21,6 +22,7 @@ use tokio::sync::watch;
 
 use crate::metrics::Scrape;
 use crate::notify;
+use crate::sampling::asked::ThreadViews;
 use crate::sampling::bodies::MetricsBodies;
 use crate::sampling::frame;
 use crate::sampling::history::{History, SharedHistory};
@@ -58,6 +60,8 @@ pub struct Sampler {
     pub max_processes: usize,
     /// What the daemon may read.
     pub privileges: PrivilegesCheck,
+    /// Whether someone asks for thread views.
+    pub thread_views: Arc<ThreadViews>,
 }
 
 impl Sampler {
@@ -84,7 +88,9 @@ impl Sampler {
                                 diagnosis: latest.diagnosis.clone(),
                                 max_processes: self.max_processes,
                             };
+                            cost::charge(Stage::Diagnosis);
                             self.metrics.prepare(scrape, Instant::now(), self.interval);
+                            cost::charge(Stage::Render);
                         }
                         Err(_) => tracing::error!("a sample panicked and was skipped"),
                     }
@@ -104,6 +110,15 @@ impl Sampler {
         history: &SharedHistory,
     ) -> (Sample, Latest) {
         let started = Instant::now();
+        let watched = self
+            .engine
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .watched_gpus();
+        self.collector
+            .set_thread_needs(watched, self.thread_views.asked());
+        cost::charge(Stage::Diagnosis);
+        // Charges its own stages (NVML, /proc).
         let sample = self.collector.sample();
         let mut snapshot = derive(prev.map(|(s, n)| (s, &**n)), &sample);
         let frame = frame::from_snapshot(&snapshot);
@@ -125,6 +140,7 @@ impl Sampler {
             (events, amended, engine.status())
         };
         events.iter().for_each(log_event);
+        cost::charge(Stage::Diagnosis);
         for (event, report) in &amended {
             stacks::log_stacks(event, report);
         }
@@ -135,11 +151,14 @@ impl Sampler {
             let mut engine = self.engine.lock().unwrap_or_else(|p| p.into_inner());
             trigger.short_reads(&mut engine, frame.t);
         }
+        cost::charge(Stage::Stacks);
         snapshot.sample_duration_seconds = started.elapsed().as_secs_f64();
         history
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .record(&snapshot);
+        cost::charge(Stage::Diagnosis);
+        snapshot.own_cost = cost::reading();
         let latest = Latest {
             snapshot: Arc::new(snapshot),
             diagnosis: Arc::new(status),

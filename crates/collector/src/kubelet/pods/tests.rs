@@ -83,6 +83,7 @@ fn job(pid: u32, gpus: &[u32], pod_uid: Option<&str>, container_id: Option<&str>
         stdout_bytes: None,
         stderr_bytes: None,
         output_modified_seconds: None,
+        threads_carried: false,
     }
 }
 
