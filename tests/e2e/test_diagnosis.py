@@ -2,6 +2,7 @@
 `stallwatch check` and `stallwatch status`, on a real process tree."""
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -138,11 +139,18 @@ def test_check_says_why_and_exits_1_then_0_when_healthy(daemon_factory, job):
     assert "What to do:" in r.stdout and "prefetch" in r.stdout
     assert "`spinner`" in r.stdout, r.stdout
     assert "GPU 1" in r.stdout and "no job" in r.stdout
+    # What the check itself cost, by stage.
+    own = re.search(r"stallwatch's own cost: ([0-9.]+)% of a core over \d+ s \(([0-9.]+) s CPU: (.*)\), ([0-9.]+) MiB resident", r.stdout)
+    assert own, r.stdout
+    assert "proc " in own[3] and "nvml " in own[3] and "diagnosis " in own[3], own[0]
     d.set_scenario(scenario(job.pid, 93))
     r = run_check(d, "--duration", "6s", "--json")
     assert r.returncode == 0, r.stdout + r.stderr
     body = json.loads(r.stdout)
     assert body["status"]["gpus"][0]["verdict"] == "healthy"
+    own = body["own_cost"]
+    assert 0 < sum(own["stage_cpu_seconds"].values()) <= own["cpu_seconds"] + 1e-6, own
+    assert own["stage_cpu_seconds"]["proc"] > 0 and own["resident_bytes"] > 1 << 20, own
 
 
 def test_check_without_nvml_exits_0_and_says_so(tmp_path):

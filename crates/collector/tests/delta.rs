@@ -514,3 +514,49 @@ fn errors_accumulate_across_snapshots() {
     assert_eq!(snaps[1].errors_total.get(ErrorSource::ProcJob), 2);
     assert_eq!(snaps[1].errors_total.get(ErrorSource::Nvml), 1);
 }
+
+#[test]
+fn carried_threads_keep_the_last_rates_and_the_next_read_rates_over_the_time_since() {
+    // Read at 1 s and 2 s, carried at 3-5 s (its GPU busy), read at 6 s: the
+    // loader thread used 2 s of CPU in the 4 s since the last read.
+    let at = |t: f64, loader: f64, carried: bool| {
+        let mut j = job(
+            process(
+                10,
+                5,
+                100.0 + t,
+                vec![
+                    thread(10, "python", 'S', 90.0),
+                    thread(11, "loader", 'R', loader),
+                ],
+            ),
+            vec![],
+        );
+        j.threads_carried = carried;
+        sample(t, vec![j])
+    };
+    let samples = [
+        at(1.0, 10.0, false),
+        at(2.0, 10.9, false),
+        at(3.0, 10.9, true),
+        at(4.0, 10.9, true),
+        at(5.0, 10.9, true),
+        at(6.0, 12.9, false),
+    ];
+    let snaps = chain(&samples);
+    let loader = |s: &Snapshot| s.jobs[0].top_threads[0].cpu_ratio;
+    assert!((loader(&snaps[1]) - 0.9).abs() < 1e-9);
+    for s in &snaps[2..5] {
+        assert!((loader(s) - 0.9).abs() < 1e-9, "carried, not 0");
+        assert_eq!(s.jobs[0].threads_read_seconds, Some(2.0));
+        assert!(
+            (s.jobs[0].cpu_cores.unwrap() - 1.0).abs() < 1e-9,
+            "the process's own CPU is fresh"
+        );
+    }
+    assert!(
+        (loader(&snaps[5]) - 0.5).abs() < 1e-9,
+        "2 s over 4 s, not over 1"
+    );
+    assert_eq!(snaps[5].jobs[0].threads_read_seconds, Some(6.0));
+}

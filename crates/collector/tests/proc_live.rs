@@ -348,3 +348,72 @@ fn a_thread_that_runs_or_moves_bytes_in_a_quiet_process_is_seen_at_the_next_samp
     );
     assert_eq!(errors.get(ErrorSource::ProcJob), 0);
 }
+
+/// A Python process with a spinning thread; each line on stdin starts one
+/// more sleeping thread.
+const GROWING: &str = r#"
+import ctypes, sys, threading, time
+libc = ctypes.CDLL(None)
+name = lambda n: libc.prctl(15, n.encode(), 0, 0, 0)
+def burner():
+    name("burner")
+    while True:
+        pass
+def late():
+    name("late")
+    time.sleep(600)
+threading.Thread(target=burner, daemon=True).start()
+print("ready", flush=True)
+for line in sys.stdin:
+    threading.Thread(target=late, daemon=True).start()
+    time.sleep(0.2)
+    print("started", flush=True)
+"#;
+
+#[test]
+fn a_carried_jobs_threads_are_not_read_until_its_thread_count_changes() {
+    use std::time::Duration;
+
+    let (mut stdin, mut lines, child) = python(GROWING);
+    let pid = child.0.id();
+    let mut reader = ProcReader::new("/proc").unwrap();
+    let mut errors = ErrorCounts::default();
+    let holders = [(pid, vec![0])];
+    let first = reader.read_jobs(&holders, &mut errors).remove(0);
+    assert!(!first.threads_carried);
+    std::thread::sleep(Duration::from_millis(300));
+    let carried = reader
+        .read_jobs_carrying(&holders, &[pid], &mut errors)
+        .remove(0);
+    assert!(carried.threads_carried);
+    assert_eq!(
+        named(&carried.leader.threads, "burner")
+            .unwrap()
+            .cpu_seconds,
+        named(&first.leader.threads, "burner").unwrap().cpu_seconds,
+        "carried as last read"
+    );
+    assert!(
+        carried.leader.cpu_seconds > first.leader.cpu_seconds + 0.1,
+        "the process itself is read every sample"
+    );
+
+    writeln!(stdin).unwrap();
+    assert_eq!(lines.next().unwrap().unwrap(), "started");
+    let changed = reader
+        .read_jobs_carrying(&holders, &[pid], &mut errors)
+        .remove(0);
+    assert!(!changed.threads_carried, "a thread more: read");
+    assert!(named(&changed.leader.threads, "late").is_some());
+    assert!(
+        named(&changed.leader.threads, "burner")
+            .unwrap()
+            .cpu_seconds
+            > named(&first.leader.threads, "burner").unwrap().cpu_seconds + 0.1
+    );
+    let again = reader
+        .read_jobs_carrying(&holders, &[pid], &mut errors)
+        .remove(0);
+    assert!(again.threads_carried, "the same threads: carried again");
+    assert_eq!(errors.get(ErrorSource::ProcJob), 0);
+}

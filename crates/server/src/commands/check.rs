@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use collector::collector::Collector;
+use collector::cost::{self, OwnCost, Stage};
 use collector::delta::derive;
 use collector::gpu::GpuOptions;
 use diagnosis::Engine;
@@ -57,6 +58,45 @@ fn short_reads(engine: &mut Engine, reader: &mut ContainedReader, config: &Confi
         let report = reader.sample(pid, Focus::AllThreads, config.stacks.rate, SHORT_BURST);
         engine.attach_short_read(gpu, &uuid, &report);
     }
+}
+
+/// What this run of `check` cost: its CPU by stage and its memory.
+fn own_cost_line(own: &OwnCost, seconds: f64) -> String {
+    let total = own.process_cpu_seconds;
+    let mut stages: Vec<(Stage, f64)> = Stage::ALL
+        .into_iter()
+        .map(|s| (s, own.stage(s)))
+        .filter(|(_, used)| *used >= 0.0005)
+        .collect();
+    stages.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let stages: Vec<String> = stages
+        .iter()
+        .map(|(s, used)| format!("{} {:.0}%", s.as_str(), 100.0 * used / total.max(1e-9)))
+        .collect();
+    let memory = own
+        .resident_bytes
+        .map(|b| format!(", {:.1} MiB resident", b as f64 / 1048576.0))
+        .unwrap_or_default();
+    format!(
+        "stallwatch's own cost: {:.2}% of a core over {:.0} s ({:.2} s CPU: {}){memory}",
+        100.0 * total / seconds.max(1e-9),
+        seconds,
+        total,
+        stages.join(", "),
+    )
+}
+
+fn own_cost_json(own: &OwnCost, seconds: f64) -> serde_json::Value {
+    let stages: serde_json::Map<String, serde_json::Value> = Stage::ALL
+        .into_iter()
+        .map(|s| (s.as_str().to_owned(), own.stage(s).into()))
+        .collect();
+    serde_json::json!({
+        "seconds": seconds,
+        "cpu_seconds": own.process_cpu_seconds,
+        "stage_cpu_seconds": stages,
+        "resident_bytes": own.resident_bytes,
+    })
 }
 
 pub const EXIT_FOUND: u8 = 1;
@@ -123,8 +163,10 @@ pub fn main(args: CheckArgs) -> ExitCode {
         let sample = collector.sample();
         let snapshot = derive(prev.as_ref().map(|(s, n)| (s, n)), &sample);
         events.extend(engine.observe(&frame::from_snapshot(&snapshot)));
+        cost::charge(Stage::Diagnosis);
         if let Some(reader) = reader.as_mut() {
             short_reads(&mut engine, reader, &config, snapshot.timestamp_seconds);
+            cost::charge(Stage::Stacks);
         }
         last = Some((
             snapshot.timestamp_seconds,
@@ -140,7 +182,10 @@ pub fn main(args: CheckArgs) -> ExitCode {
                 *e = amended;
             }
         }
+        cost::charge(Stage::Stacks);
     }
+    let own = cost::reading();
+    let watched = started.elapsed().as_secs_f64();
     let (time, up, stale) = last.unwrap_or_default();
     let status = StatusResponse {
         time,
@@ -150,10 +195,15 @@ pub fn main(args: CheckArgs) -> ExitCode {
         kubernetes: prev.as_ref().and_then(|(_, s)| s.kubernetes.clone()),
     };
     if args.json {
-        let body = serde_json::json!({ "status": status, "events": events });
+        let body = serde_json::json!({
+            "status": status,
+            "events": events,
+            "own_cost": own_cost_json(&own, watched),
+        });
         println!("{body:#}");
     } else {
         print!("{}", report::render(&status, &events));
+        println!("{}", own_cost_line(&own, watched));
     }
     if report::found_something(&status) {
         ExitCode::from(EXIT_FOUND)
