@@ -24,6 +24,12 @@ VOLATILE = (
     # Seconds between the first samples, booked to a state.
     "stallwatch_gpu_time_seconds_total",
     "stallwatch_build_info",
+    # The daemon's own CPU and memory, and reads counted per sample.
+    "stallwatch_self_cpu_seconds_total",
+    "process_cpu_seconds_total",
+    "process_resident_memory_bytes",
+    "stallwatch_thread_reads_total",
+    "stallwatch_thread_reads_deferred_total",
 )
 
 SCENARIO = {

@@ -19,8 +19,8 @@ def scenario(pid, util):
 
 
 def reads(m):
-    out = {r: m.value("stallwatch_job_thread_reads_total", reason=r) for r in REASONS}
-    out["deferred"] = m.value("stallwatch_job_thread_reads_deferred_total")
+    out = {r: m.value("stallwatch_thread_reads_total", reason=r) for r in REASONS}
+    out["deferred"] = m.value("stallwatch_thread_reads_deferred_total")
     return out
 
 

@@ -43,7 +43,7 @@ pub fn encode(e: &mut DescriptorEncoder, s: &Snapshot) -> Result<(), std::fmt::E
     let reads = &s.thread_reads_total;
     counter(
         e,
-        "stallwatch_job_thread_reads",
+        "stallwatch_thread_reads",
         "Job samples that read the job's per-thread files, by why: always (every job every sample), asked (someone asked for thread views), finding (a stall kind pending or active on its GPU), not_busy (a GPU of it not busy), cadence (its GPUs busy, its slow-cadence read due), changed (due to be carried, but a process of it new or its thread count changed).",
         None,
         Reason::ALL.map(|r| {
@@ -55,7 +55,7 @@ pub fn encode(e: &mut DescriptorEncoder, s: &Snapshot) -> Result<(), std::fmt::E
     )?;
     counter(
         e,
-        "stallwatch_job_thread_reads_deferred",
+        "stallwatch_thread_reads_deferred",
         "Job samples that carried the job's threads as last read: its GPUs busy, no stall pending or active, nobody asking.",
         None,
         [(Labels::none(), reads.deferred as f64)],
