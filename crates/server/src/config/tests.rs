@@ -144,6 +144,27 @@ fn too_short_interval_is_rejected() {
 }
 
 #[test]
+fn busy_threads_interval_is_zero_or_between_the_interval_and_an_hour() {
+    let every = |text: &str| parse(text).map(|c| c.sampling.busy_threads_every());
+    assert_eq!(every("").unwrap(), 15);
+    assert_eq!(
+        every("[sampling]\nbusy_threads_interval = \"0s\"\n").unwrap(),
+        1
+    );
+    assert_eq!(
+        every("[sampling]\ninterval = \"2s\"\nbusy_threads_interval = \"1m\"\n").unwrap(),
+        30
+    );
+    for bad in ["500ms", "2h"] {
+        let err = every(&format!("[sampling]\nbusy_threads_interval = \"{bad}\"\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`sampling.busy_threads_interval`"), "{err}");
+        assert!(err.contains("between sampling.interval and 1h"), "{err}");
+    }
+}
+
+#[test]
 fn missing_default_file_means_defaults_but_a_named_one_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("nope.toml");
