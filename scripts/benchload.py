@@ -2,8 +2,9 @@
 
 Shared by scripts/bench-sample and scripts/bench-overhead (Python 3 standard
 library only): 8 stand-in GPUs (the stand-in NVML library, driven by a
-scenario file), jobs of 9 real processes (a Python process with 20 threads
-holding a GPU, and 8 `sleep` children), unrelated `sleep`s, a process group
+scenario file; each GPU at a steady 50%, or busy or starved), jobs of 9 real
+processes (a Python process with 20 threads holding a GPU, and 8 `sleep`
+children; other shapes below), unrelated `sleep`s, a process group
 that is killed on exit, /proc readings (CPU ticks, per-thread CPU, RSS) and
 /metrics scraping with a check that a scrape shows the load.
 """
@@ -38,6 +39,8 @@ OPENMETRICS = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0
 # The GPU-holding process of one job. It exits (killing its children) when
 # its stdin reaches EOF; like every process started here it also gets SIGKILL
 # when this script dies, and `sleep`s end by themselves after a bounded time.
+# Each line "spin" on its stdin starts one more thread that runs a pure
+# Python busy loop (a thread pinned at a full core, holding the GIL).
 JOB_CODE = r"""
 import ctypes, signal, subprocess, sys, threading, time
 threads, children, child_threads, life, busy = map(int, sys.argv[1:6])
@@ -64,8 +67,14 @@ for i in range(threads - 1):
     else:
         target = compute if i == 0 else waker
     threading.Thread(target=target, daemon=True).start()
+def spin():
+    n = 0
+    while True:
+        n += 1
 print("ready", flush=True)
-sys.stdin.read()
+for line in sys.stdin:
+    if line.strip() == "spin":
+        threading.Thread(target=spin, daemon=True).start()
 for k in kids:
     k.kill()
 """
@@ -114,6 +123,11 @@ HEAVY = Shape("heavy", 60, 16, 4)
 # 20 ms every second and the others wake five times a second; the workers
 # wait, as a DataLoader's do while its queue is full.
 HEAVY_BUSY = Shape("heavy-busy", 60, 16, 4, busy=True)
+# Training-like jobs (the holder busy as above): the bench's shape (a
+# 20-thread holder and 8 `sleep` children), and a 100-thread holder with 4
+# worker processes of 4 threads.
+BUSY_20 = Shape("20+8", JOB_THREADS, JOB_CHILDREN, busy=True)
+BUSY_100 = Shape("100+4", 100, 4, 4, busy=True)
 
 # Unrelated processes: one shell forking `sleep`s, all in one process group.
 UNRELATED_CODE = 'i=0; while [ "$i" -lt "$1" ]; do sleep "$2" & i=$((i+1)); done; wait'
@@ -313,18 +327,31 @@ def free_port():
         return s.getsockname()[1]
 
 
-def gpu(index, pids):
-    """A scenario GPU like tests/e2e/daemon.py's, held by the processes `pids`."""
+# What a GPU shows in each state: (utilization_gpu, utilization_memory,
+# each process's sm_util, power in mW). None: the benchmarks' steady 50%.
+# `busy`: a training job's GPU, fully used; `starved`: the GPU idle, its
+# memory still held by the same processes (a job waiting for its input).
+STATES = {
+    None: (50, 20, 40, 200000),
+    "busy": (100, 40, 95, 600000),
+    "starved": (0, 0, 0, 90000),
+}
+
+
+def gpu(index, pids, state=None):
+    """A scenario GPU like tests/e2e/daemon.py's, held by the processes
+    `pids`, in `state` (a key of STATES)."""
+    util, mem_util, sm_util, power = STATES[state]
     return {
         "uuid": f"GPU-00000000-0000-0000-0000-00000000000{index}",
         "name": "NVIDIA H100 80GB HBM3",
         "pci_bus_id": f"00000000:{0x17 + index:02X}:00.0",
-        "utilization_gpu": 50,
-        "utilization_memory": 20,
+        "utilization_gpu": util,
+        "utilization_memory": mem_util,
         "memory_total_bytes": 85899345920,
         "memory_used_bytes": 75161927680,
         "temperature_c": 50,
-        "power_mw": 200000,
+        "power_mw": power,
         "power_limit_mw": 700000,
         "energy_mj": 1000000,
         "sm_clock_mhz": 1980,
@@ -333,18 +360,21 @@ def gpu(index, pids):
         "pcie_tx_kbps": 1000,
         "pcie_rx_kbps": 2000,
         "processes": [
-            {"pid": pid, "used_memory_bytes": 70 * 2**30 // len(pids), "sm_util": 40, "mem_util": 10}
+            {"pid": pid, "used_memory_bytes": 70 * 2**30 // len(pids), "sm_util": sm_util, "mem_util": mem_util // 2}
             for pid in pids
         ],
     }
 
 
-def scenario(leaders):
+def scenario(leaders, state=None):
     """The stand-in NVML scenario: GPUS GPUs, the jobs' leaders spread over
-    them in turn (one each with 8 jobs; 8 each with 64; GPUs 1-7 idle with 1)."""
+    them in turn (one each with 8 jobs; 8 each with 64; GPUs 1-7 idle with 1),
+    every GPU in `state` (a key of STATES), or each in its own when `state`
+    is a list of GPUS of them."""
+    states = state if isinstance(state, list) else [state] * GPUS
     return {
         "driver_version": "550.54.15",
-        "gpus": [gpu(i, leaders[i::GPUS]) for i in range(GPUS)],
+        "gpus": [gpu(i, leaders[i::GPUS], states[i]) for i in range(GPUS)],
     }
 
 
