@@ -417,3 +417,41 @@ fn a_carried_jobs_threads_are_not_read_until_its_thread_count_changes() {
     assert!(again.threads_carried, "the same threads: carried again");
     assert_eq!(errors.get(ErrorSource::ProcJob), 0);
 }
+
+#[test]
+fn a_single_threaded_process_carried_while_asleep_is_read_once_it_runs() {
+    use std::time::Duration;
+
+    // One thread: sleeps on stdin, then spins.
+    let (mut stdin, _lines, child) = python(
+        "import sys\nprint('ready', flush=True)\nsys.stdin.readline()\nwhile True:\n    pass\n",
+    );
+    let pid = child.0.id();
+    let mut reader = ProcReader::new("/proc").unwrap();
+    let mut errors = ErrorCounts::default();
+    let mut read = || {
+        reader
+            .read_jobs(&[(pid, vec![0])], &mut errors)
+            .remove(0)
+            .leader
+    };
+    let first = read();
+    assert_eq!(first.threads.len(), 1);
+    for _ in 0..4 {
+        std::thread::sleep(Duration::from_millis(50));
+        let again = read();
+        assert_eq!(again.cpu_seconds, first.cpu_seconds);
+        assert_eq!(again.state, 'S');
+    }
+    writeln!(stdin).unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    let running = read();
+    assert!(
+        running.cpu_seconds > first.cpu_seconds + 0.1,
+        "{} then {}",
+        first.cpu_seconds,
+        running.cpu_seconds
+    );
+    assert_eq!(running.state, 'R');
+    assert_eq!(errors.get(ErrorSource::ProcJob), 0);
+}

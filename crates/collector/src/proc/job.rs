@@ -10,9 +10,9 @@ use super::gone::job_value;
 use super::mount::Mount;
 use super::open_files::{Kind, OpenFiles};
 use super::read::Buffer;
-use super::stat::{StatFields, parse_io, parse_schedstat, parse_stat};
+use super::stat::{Schedstat, StatFields, parse_io, parse_schedstat, parse_stat};
 use super::tasks::{Activity, Tasks};
-use super::{cgroup, libraries, output, rank, user};
+use super::{cgroup, libraries, output, rank, singles, user};
 use crate::sample::{ErrorCounts, JobSample, ProcessId, ProcessSample, ThreadSample};
 
 /// What the job reader keeps from one sample to the next.
@@ -25,6 +25,7 @@ pub(super) struct Memory {
     pub libraries: libraries::Libraries,
     pub files: OpenFiles,
     pub tasks: Tasks,
+    pub singles: singles::Singles,
     /// Threads' CPU time and run counts come from `schedstat` (a real procfs
     /// whose kernel keeps the accounting), not from `stat`.
     pub schedstat: bool,
@@ -228,6 +229,13 @@ impl Walk<'_> {
         expected_parent: Option<u32>,
     ) -> Option<(ProcessSample, Vec<u32>)> {
         let reader = self.reader;
+        let mut sched = None;
+        if self.memory.schedstat && self.memory.singles.checks(pid, self.memory.tasks.due(pid)) {
+            match self.still_asleep(pid, dir, expected_parent) {
+                Ok(carried) => return Some(carried),
+                Err(read) => sched = read,
+            }
+        }
         let stat = self.stat(pid, Kind::ProcessStat, || dir.join("stat"))?;
         if expected_parent.is_some_and(|parent| parent != stat.ppid) {
             return None;
@@ -281,7 +289,48 @@ impl Walk<'_> {
             threads,
             io,
         };
+        if self.memory.schedstat {
+            self.memory.singles.put(&sample, sched);
+        }
         Some((sample, children))
+    }
+
+    /// A single-threaded process that did not run since it was last read,
+    /// as then, with its children (see singles.rs). `Err` with the
+    /// `schedstat` it read, if any, when it is to be read in full.
+    #[allow(clippy::result_large_err)]
+    fn still_asleep(
+        &mut self,
+        pid: u32,
+        dir: &Path,
+        expected_parent: Option<u32>,
+    ) -> Result<(ProcessSample, Vec<u32>), Option<Schedstat>> {
+        let read = self
+            .buf
+            .kept(&mut self.memory.files, pid, Kind::Schedstat, || {
+                dir.join("schedstat")
+            });
+        // Any failure (gone, unreadable): the full read says what it is.
+        let Ok((bytes, fresh)) = read else {
+            return Err(None);
+        };
+        let sched = parse_schedstat(bytes).ok_or(None)?;
+        let process = self
+            .memory
+            .singles
+            .unchanged(pid, sched, fresh)
+            .filter(|p| expected_parent.is_none_or(|parent| parent == p.ppid))
+            .ok_or(Some(sched))?;
+        let start = process.id.start_ticks;
+        let children = match self.memory.children.get(pid, start) {
+            Some(children) => children,
+            None => {
+                let children = self.children(dir, pid);
+                self.memory.children.put(pid, start, &children);
+                children
+            }
+        };
+        Ok((process, children))
     }
 
     /// The children a thread forked, from its kept `children` file.

@@ -20,6 +20,7 @@ mod output;
 mod per_process;
 pub mod rank;
 mod read;
+mod singles;
 mod stat;
 mod tasks;
 pub mod user;
@@ -122,6 +123,7 @@ impl ProcReader {
         let mut memory = std::mem::take(&mut self.memory);
         memory.files.begin();
         memory.tasks.begin();
+        memory.singles.begin();
         memory.attributions.begin();
         memory.ranks.begin();
         memory.users.begin();

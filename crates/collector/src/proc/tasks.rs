@@ -102,7 +102,7 @@ impl Tasks {
     }
 
     /// Whether the process `pid` is read in full this sample.
-    fn due(&self, pid: u32) -> bool {
+    pub fn due(&self, pid: u32) -> bool {
         (self.sample + u64::from(pid)).is_multiple_of(REFRESH_SAMPLES)
     }
 
