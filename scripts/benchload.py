@@ -40,7 +40,9 @@ OPENMETRICS = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0
 # its stdin reaches EOF; like every process started here it also gets SIGKILL
 # when this script dies, and `sleep`s end by themselves after a bounded time.
 # Each line "spin" on its stdin starts one more thread that runs a pure
-# Python busy loop (a thread pinned at a full core, holding the GIL).
+# Python busy loop (a thread pinned at a full core, holding the GIL). A busy
+# holder writes a line to its stdout (a pipe nobody reads after "ready":
+# 5 bytes a second fill it in hours) after each step.
 JOB_CODE = r"""
 import ctypes, signal, subprocess, sys, threading, time
 threads, children, child_threads, life, busy = map(int, sys.argv[1:6])
@@ -51,15 +53,20 @@ kids = [subprocess.Popen(kid, preexec_fn=die, stdout=subprocess.PIPE) for _ in r
 for k in kids:
     if child_threads > 1:
         k.stdout.readline()
-stop = threading.Event()
+stop, ready = threading.Event(), threading.Event()
 def waker():
     while not stop.wait(0.2):
         pass
 def compute():
+    # A training step a second, and its log line (the job's output grows, as
+    # a training job's does: it is not silent, so not read for a hang).
+    ready.wait()
     while True:
         t = time.perf_counter()
         while time.perf_counter() - t < 0.02:
             pass
+        sys.stdout.write("step\n")
+        sys.stdout.flush()
         time.sleep(0.98)
 for i in range(threads - 1):
     if not busy:
@@ -72,6 +79,7 @@ def spin():
     while True:
         n += 1
 print("ready", flush=True)
+ready.set()
 for line in sys.stdin:
     if line.strip() == "spin":
         threading.Thread(target=spin, daemon=True).start()
