@@ -33,7 +33,7 @@ pub struct Snapshot {
     /// Job samples that read their threads, by reason, and that carried
     /// them, since the daemon started.
     #[serde(default)]
-    pub thread_reads_total: crate::thread_reads::ThreadReadCounts,
+    pub thread_reads_total: crate::sample::reads::ThreadReadCounts,
     /// The daemon's own CPU by stage and memory, read as the sample ended
     /// (set by the sampler).
     #[serde(default)]

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 pub mod faults;
 pub mod job;
 pub mod kubernetes;
+pub mod reads;
 
 /// One complete reading of the host, its GPUs and the jobs on them.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -28,7 +29,7 @@ pub struct Sample {
     pub kubernetes: Option<kubernetes::KubernetesState>,
     /// Which jobs read their threads in this sample, and why.
     #[serde(default)]
-    pub thread_reads: crate::thread_reads::ThreadReadCounts,
+    pub thread_reads: reads::ThreadReadCounts,
 }
 
 /// The state of NVML and every GPU it reported.
