@@ -112,6 +112,8 @@ fn derive_gpu(gpu: &GpuSample, comms: &HashMap<u32, &str>) -> GpuSnapshot {
         gpm_supported: gpu.gpm_supported,
         gpm: gpu.gpm,
         mig: gpu.mig.clone(),
+        share: gpu.share,
+        stale: gpu.stale,
         health: gpu.health,
         xid_errors_total: gpu.xid_errors.clone(),
         last_xid: gpu.last_xid.clone(),

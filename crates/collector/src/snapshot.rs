@@ -72,6 +72,12 @@ pub struct GpuSnapshot {
     /// Set for a MIG instance.
     #[serde(default)]
     pub mig: Option<MigIdentity>,
+    /// Its share of its physical GPU (`GpuSample::share`); `None`: all of it.
+    #[serde(default)]
+    pub share: Option<f64>,
+    /// Its reading is its last one: it did not answer within its budget.
+    #[serde(default)]
+    pub stale: bool,
     /// Memory, NVLink and recovery state (`None`: the device reports none).
     #[serde(default)]
     pub health: Option<crate::sample::faults::GpuHealth>,

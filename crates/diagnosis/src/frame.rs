@@ -18,6 +18,14 @@ pub struct GpuFrame {
     pub uuid: String,
     /// GPU data is current: NVML up, not stale, GPU answering.
     pub fresh: bool,
+    /// The part of its physical GPU this is (a MIG instance's slices over
+    /// the GPU's; a MIG-enabled GPU's slices no instance holds): its
+    /// seconds count this much in the GPU-time ledger. `None`: a whole GPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share: Option<f64>,
+    /// A MIG instance.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub mig: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub utilization: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -57,6 +65,21 @@ pub struct GpuFrame {
     /// The driver's recommended recovery action, when it is not `none`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovery_action: Option<String>,
+}
+
+impl GpuFrame {
+    /// How much of a physical GPU a second of this one is (0 to 1).
+    pub fn weight(&self) -> f64 {
+        self.share
+            .filter(|s| s.is_finite())
+            .map_or(1.0, |s| s.clamp(0.0, 1.0))
+    }
+
+    /// Something says how busy the GPU is: its utilization or, without it
+    /// (a MIG instance, a failed call), GPM's SM activity.
+    pub fn measured(&self) -> bool {
+        self.utilization.is_some() || self.sm_active.is_some()
+    }
 }
 
 /// An Xid error, with its catalogue entry.

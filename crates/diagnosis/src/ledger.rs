@@ -18,10 +18,14 @@ pub enum TimeState {
     /// Nothing holds the GPU.
     NoJob,
     /// No GPU data: NVML down, the GPU not answering, or the daemon not
-    /// sampling (a gap between samples).
+    /// sampling (a gap between samples); or a job holds it and nothing
+    /// says how busy it is (no utilization and no GPM: a MIG instance of an
+    /// A100 or A30, a failed utilization call), and no kind or phase
+    /// explains the time.
     Unknown,
-    /// A job holds it before its first sustained work: imports, CUDA and
-    /// NCCL set-up, the DataLoader's start.
+    /// A job holds it before its first sustained work and works on the host
+    /// (imports, CUDA and NCCL set-up, the DataLoader's start), for at most
+    /// [`STARTUP_LIMIT_SECONDS`].
     Startup,
     /// The job compiles (`torch.compile`, XLA, AutoGraph).
     Compiling,
@@ -114,6 +118,9 @@ pub struct Outcome {
     pub starting: bool,
     /// The GPU was idle this sample (utilization under `idle_below`).
     pub idle: bool,
+    /// Nothing said how busy the GPU was this sample (no utilization, no
+    /// GPM): neither idle nor working can be booked.
+    pub unmeasured: bool,
     /// No job holds the GPU, and a rank of a run left it less than
     /// [`HELD_SECONDS`] ago: a restart of the run may be under way.
     pub run_left: bool,
@@ -125,7 +132,8 @@ impl Outcome {
     /// The one state the sample's interval is booked to: the first that
     /// applies of fault, unknown, no_job, hung, compiling, checkpointing,
     /// startup (the DataLoader's), input, startup (no sustained work yet),
-    /// idle, productive; a restarted run's start-up is its recovery.
+    /// unknown (no activity reading), idle, productive; a restarted run's
+    /// start-up is its recovery.
     pub fn state(&self) -> TimeState {
         let kind = |s| self.kinds.contains(&s);
         if kind(TimeState::Fault) {
@@ -147,6 +155,8 @@ impl Outcome {
             TimeState::Input
         } else if self.starting {
             self.startup()
+        } else if self.unmeasured {
+            TimeState::Unknown
         } else if self.idle {
             TimeState::Idle
         } else {
@@ -156,6 +166,11 @@ impl Outcome {
 }
 
 impl Outcome {
+    /// The GPU was measured working this sample.
+    fn busy(&self) -> bool {
+        !self.idle && !self.unmeasured
+    }
+
     fn startup(&self) -> TimeState {
         if self.restarted {
             TimeState::Recovery
@@ -269,9 +284,9 @@ impl Booker {
         let state = outcome.state();
         let now = match state {
             TimeState::Idle => Some(Held::Idle(seconds)),
-            TimeState::Input if !outcome.idle => Some(Held::BusyUnderInput(seconds)),
+            TimeState::Input if outcome.busy() => Some(Held::BusyUnderInput(seconds)),
             TimeState::NoJob if outcome.run_left => Some(Held::RunLeft(seconds)),
-            TimeState::Startup | TimeState::Recovery if outcome.starting && !outcome.idle => {
+            TimeState::Startup | TimeState::Recovery if outcome.starting && outcome.busy() => {
                 Some(Held::BusyStarting(seconds, state))
             }
             _ => None,
@@ -302,6 +317,10 @@ impl Booker {
                     Some(Held::BusyUnderInput(run)) => {
                         let to = if state == TimeState::Input {
                             TimeState::Input
+                        } else if outcome.unmeasured {
+                            // Nothing says the work went on once the kind
+                            // ended: the run stays the kind's.
+                            TimeState::Input
                         } else {
                             TimeState::Productive
                         };
@@ -316,8 +335,15 @@ impl Booker {
                         self.ledger.book(to, run);
                     }
                     Some(Held::BusyStarting(run, was)) => {
-                        // The sustained work that ended the start-up.
-                        let to = if outcome.fresh && outcome.has_job && !outcome.starting {
+                        // The sustained work that ended the start-up (the
+                        // sample that ends it is busy; a start-up that ends
+                        // at its limit or with the job doing nothing ends on
+                        // a sample that is not).
+                        let to = if outcome.fresh
+                            && outcome.has_job
+                            && !outcome.starting
+                            && outcome.busy()
+                        {
                             TimeState::Productive
                         } else {
                             was
@@ -374,45 +400,75 @@ impl Booker {
 /// busy in a row.
 pub const STARTUP_WORK_SECONDS: f64 = 10.0;
 
+/// The longest start-up: a job that has held its GPU this long without
+/// sustained work on it is no longer starting, whatever it does on the host.
+pub const STARTUP_LIMIT_SECONDS: f64 = 600.0;
+
 /// Whether the jobs on a GPU are still starting: since they came, the GPU
-/// has not yet been busy for [`STARTUP_WORK_SECONDS`] in a row.
+/// has not yet been busy for [`STARTUP_WORK_SECONDS`] in a row, they work
+/// (the GPU busy, or the jobs on the host: CPU, storage), and it is less
+/// than [`STARTUP_LIMIT_SECONDS`] since they came. A job that holds a GPU
+/// and does nothing at all is not starting: it holds the GPU idle.
 #[derive(Debug, Clone, Default)]
 pub struct Startup {
     busy_since: Option<f64>,
     worked: bool,
+    /// When the jobs came.
+    since: Option<f64>,
+}
+
+/// What one sample says of a GPU's jobs, for [`Startup::observe`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StartupSample {
+    pub has_jobs: bool,
+    /// The jobs are new this sample (as [`Restarts`] tells).
+    pub new_set: bool,
+    /// They are all young (still in the warm-up).
+    pub young: bool,
+    /// The GPU was measured busy.
+    pub busy: bool,
+    /// The jobs work on the host (CPU, storage).
+    pub host_work: bool,
+    /// They came back under the run id of the jobs that left (a restart):
+    /// waiting for the run's other ranks is part of their recovery.
+    pub restarted: bool,
+    pub t: f64,
 }
 
 impl Startup {
-    /// Feeds a sample: whether the GPU has jobs and they are new this
-    /// sample (as [`Restarts`] tells), whether they are all young (still in
-    /// the warm-up) and whether the GPU was busy; returns whether they are
-    /// still starting. A new set of young jobs starts again; jobs first seen
-    /// past their warm-up (the daemon started after them) do not.
-    pub fn observe(
-        &mut self,
-        has_jobs: bool,
-        new_set: bool,
-        young: bool,
-        busy: bool,
-        t: f64,
-    ) -> bool {
-        if !has_jobs {
+    /// Feeds a sample; returns whether the jobs are still starting. A new
+    /// set of young jobs starts again; jobs first seen past their warm-up
+    /// (the daemon started after them) do not.
+    pub fn observe(&mut self, s: StartupSample) -> bool {
+        if !s.has_jobs {
             *self = Startup::default();
             return false;
         }
-        if new_set {
-            self.worked = !young;
+        if s.new_set {
+            self.worked = !s.young;
             self.busy_since = None;
+            self.since = Some(s.t);
         }
         if !self.worked {
-            if busy {
-                let since = *self.busy_since.get_or_insert(t);
-                self.worked = t - since >= STARTUP_WORK_SECONDS;
+            if s.busy {
+                let since = *self.busy_since.get_or_insert(s.t);
+                self.worked = s.t - since >= STARTUP_WORK_SECONDS;
             } else {
                 self.busy_since = None;
             }
         }
-        !self.worked
+        let within = self
+            .since
+            .is_none_or(|since| s.t - since < STARTUP_LIMIT_SECONDS);
+        !self.worked && within && (s.busy || s.host_work || s.restarted)
+    }
+
+    /// The start-up is over: the jobs worked, or its limit passed.
+    pub fn over(&self, t: f64) -> bool {
+        self.worked
+            || self
+                .since
+                .is_some_and(|since| t - since >= STARTUP_LIMIT_SECONDS)
     }
 }
 
@@ -629,22 +685,114 @@ mod tests {
         assert_eq!(b.ledger.seconds(TimeState::Recovery), 1.0);
     }
 
+    fn seen(new_set: bool, young: bool, busy: bool, host_work: bool, t: f64) -> StartupSample {
+        StartupSample {
+            has_jobs: true,
+            new_set,
+            young,
+            busy,
+            host_work,
+            restarted: false,
+            t,
+        }
+    }
+
     #[test]
     fn start_up_ends_with_sustained_work_and_starts_again_with_a_new_job() {
         let mut s = Startup::default();
-        assert!(s.observe(true, true, true, false, 0.0));
-        assert!(s.observe(true, false, true, true, 1.0));
+        // Importing: the CPU works, the GPU does not yet.
+        assert!(s.observe(seen(true, true, false, true, 0.0)));
+        assert!(s.observe(seen(false, true, true, true, 1.0)));
         // A dip resets the run of busy samples.
-        assert!(s.observe(true, false, true, false, 5.0));
-        assert!(s.observe(true, false, true, true, 6.0));
-        assert!(s.observe(true, false, true, true, 15.0));
-        assert!(!s.observe(true, false, true, true, 16.0));
+        assert!(s.observe(seen(false, true, false, true, 5.0)));
+        assert!(s.observe(seen(false, true, true, false, 6.0)));
+        assert!(s.observe(seen(false, true, true, false, 15.0)));
+        assert!(!s.observe(seen(false, true, true, false, 16.0)));
+        assert!(s.over(16.0));
         // Once working, an idle sample is no start-up, nor a worker joining.
-        assert!(!s.observe(true, false, true, false, 17.0));
+        assert!(!s.observe(seen(false, true, false, true, 17.0)));
         // The job restarted (a new set of jobs): start-up again.
-        assert!(s.observe(true, true, true, false, 19.0));
-        assert!(!s.observe(false, false, false, false, 20.0));
+        assert!(s.observe(seen(true, true, false, true, 19.0)));
+        let gone = StartupSample {
+            has_jobs: false,
+            ..seen(false, false, false, false, 20.0)
+        };
+        assert!(!s.observe(gone));
         // A job the daemon found running long since is past its start-up.
-        assert!(!s.observe(true, true, false, false, 21.0));
+        assert!(!s.observe(seen(true, false, false, true, 21.0)));
+    }
+
+    #[test]
+    fn a_job_that_does_nothing_is_not_starting_and_a_start_up_has_a_limit() {
+        let mut s = Startup::default();
+        // Holds the GPU, no CPU, no storage, the GPU idle: not starting.
+        assert!(!s.observe(seen(true, true, false, false, 0.0)));
+        assert!(!s.over(0.0));
+        // It starts working on the host: a start-up after all.
+        assert!(s.observe(seen(false, true, false, true, 30.0)));
+        // ...but not for ever without sustained work on the GPU.
+        assert!(s.observe(seen(false, true, false, true, STARTUP_LIMIT_SECONDS - 1.0)));
+        assert!(!s.observe(seen(false, true, false, true, STARTUP_LIMIT_SECONDS)));
+        assert!(s.over(STARTUP_LIMIT_SECONDS));
+        // A restarted rank waiting for its peers, CPU idle, is recovering.
+        let mut r = Startup::default();
+        let waiting = StartupSample {
+            restarted: true,
+            ..seen(true, true, false, false, 0.0)
+        };
+        assert!(r.observe(waiting));
+    }
+
+    #[test]
+    fn nothing_is_productive_or_idle_without_an_activity_reading() {
+        let unmeasured = Outcome {
+            unmeasured: true,
+            ..outcome()
+        };
+        assert_eq!(unmeasured.state(), TimeState::Unknown);
+        // A kind or a start-up still says what the time was.
+        let hung = Outcome {
+            kinds: vec![TimeState::Hung],
+            ..unmeasured.clone()
+        };
+        assert_eq!(hung.state(), TimeState::Hung);
+        let starting = Outcome {
+            starting: true,
+            ..unmeasured.clone()
+        };
+        assert_eq!(starting.state(), TimeState::Startup);
+        // A start-up on an unmeasured GPU is never held as work, so it
+        // never turns into training.
+        let mut b = Booker::default();
+        for _ in 0..20 {
+            b.book(&starting, 1.0);
+        }
+        for _ in 0..100 {
+            b.book(&unmeasured, 1.0);
+        }
+        assert_eq!(b.held_seconds(), 0.0);
+        assert_eq!(b.ledger.seconds(TimeState::Startup), 20.0);
+        assert_eq!(b.ledger.seconds(TimeState::Unknown), 100.0);
+        assert_eq!(b.ledger.seconds(TimeState::Productive), 0.0);
+    }
+
+    #[test]
+    fn busy_start_up_work_that_breaks_off_when_the_job_stops_is_start_up() {
+        let busy_starting = Outcome {
+            starting: true,
+            ..outcome()
+        };
+        let mut b = Booker::default();
+        for _ in 0..5 {
+            b.book(&busy_starting, 1.0);
+        }
+        // The job stops doing anything: no longer starting, the GPU idle.
+        let idle = Outcome {
+            idle: true,
+            ..outcome()
+        };
+        b.book(&idle, 1.0);
+        assert_eq!(b.ledger.seconds(TimeState::Startup), 5.0);
+        assert_eq!(b.ledger.seconds(TimeState::Productive), 0.0);
     }
 }

@@ -229,3 +229,107 @@ fn assert_near_job(run: &Run, pid: u32, state: TimeState, want: f64, slack: f64)
         job.time
     );
 }
+
+/// An H100 with MIG on: the GPU itself (no processes, no utilization) and
+/// instances of 3, 2 and 1 slices, the 1g one held by a job that works,
+/// reported by GPM's SM activity alone.
+fn mig_frame(t: f64) -> diagnosis::Frame {
+    let slice = |index: u32, share: f64| diagnosis::frame::GpuFrame {
+        index,
+        uuid: format!("MIG-{index}"),
+        utilization: None,
+        sm_active: Some(0.8),
+        share: Some(share),
+        mig: true,
+        ..gpu(0.0)
+    };
+    let mut job_on_1g = job(100, 1.2, 0.3);
+    job_on_1g.gpus = vec![13];
+    diagnosis::Frame {
+        gpus: vec![
+            diagnosis::frame::GpuFrame {
+                utilization: None,
+                share: Some(1.0 / 7.0),
+                ..gpu(0.0)
+            },
+            slice(11, 3.0 / 7.0),
+            slice(12, 2.0 / 7.0),
+            holding(slice(13, 1.0 / 7.0), 100, 8 * GIB, 0.8),
+        ],
+        ..frame(t, 0.0, vec![job_on_1g])
+    }
+}
+
+#[test]
+fn a_mig_gpu_and_its_instances_add_up_to_one_gpu() {
+    let mut run = Run::default();
+    run.feed(0, 101, mig_frame);
+    let status = run.engine.status();
+    let by_gpu = |gpu: u32| status.iter().find(|s| s.gpu == gpu).unwrap().time;
+    let total: f64 = status.iter().map(|s| s.time.total()).sum();
+    // 100 s watched, one physical GPU: 100 GPU-seconds, not 400.
+    assert!((total - 100.0).abs() < 1e-6, "{total}");
+    assert!((by_gpu(11).total() - 300.0 / 7.0).abs() < 1e-6);
+    assert!((by_gpu(12).total() - 200.0 / 7.0).abs() < 1e-6);
+    // The one slice no instance holds, and the instances no job holds.
+    assert!((by_gpu(0).seconds(TimeState::NoJob) - 100.0 / 7.0).abs() < 1e-6);
+    assert!((by_gpu(11).seconds(TimeState::NoJob) - 300.0 / 7.0).abs() < 1e-6);
+    // The job's own ledger is its share too.
+    let job = &status.iter().find(|s| s.gpu == 13).unwrap().jobs[0];
+    assert!(
+        (job.time.seconds(TimeState::Productive) - 100.0 / 7.0).abs() < 1e-6,
+        "{:?}",
+        job.time
+    );
+}
+
+#[test]
+fn a_gpu_with_no_activity_reading_is_never_productive() {
+    let mut run = Run::default();
+    // An A100 MIG instance: no utilization, no GPM; its job logs and works.
+    run.feed(0, 200, |t| {
+        let mut f = frame(t, 0.0, vec![job(100, 1.2, 0.3)]);
+        f.gpus[0].utilization = None;
+        f.gpus[0].mig = true;
+        f.gpus[0].share = Some(4.0 / 7.0);
+        f
+    });
+    assert_eq!(seconds(&run, TimeState::Productive), 0.0);
+    assert_eq!(seconds(&run, TimeState::Idle), 0.0);
+    assert_near(&run, TimeState::Unknown, 199.0 * 4.0 / 7.0, 1e-6);
+    // A new job's start-up on it is still a start-up.
+    let mut run = Run::default();
+    run.feed(0, 60, |t| {
+        let mut f = frame(t, 0.0, vec![started_at(100, 0.0, 1.0)]);
+        f.gpus[0].utilization = None;
+        f
+    });
+    assert_near(&run, TimeState::Startup, 59.0, 1e-6);
+    assert_eq!(seconds(&run, TimeState::Productive), 0.0);
+}
+
+#[test]
+fn a_new_job_that_holds_a_gpu_and_does_nothing_is_idle_not_starting() {
+    let mut run = Run::default();
+    // A notebook left open: no CPU, no storage, SMs at 0, for 10 minutes.
+    run.feed(0, 600, |t| {
+        let mut j = started_at(100, 0.0, 0.0);
+        j.read_bytes_per_second = Some(0.0);
+        frame(t, 0.0, vec![j])
+    });
+    assert_eq!(seconds(&run, TimeState::Startup), 0.0);
+    let held = run.engine.status()[0].time_held_seconds;
+    assert_near(&run, TimeState::Idle, 599.0 - held, 1e-6);
+    // Importing (a core busy) before it idles is its start-up.
+    let mut run = Run::default();
+    run.feed(0, 30, |t| frame(t, 0.0, vec![started_at(100, 0.0, 1.0)]));
+    run.feed(30, 100, |t| {
+        let mut j = started_at(100, 0.0, 0.0);
+        j.read_bytes_per_second = Some(0.0);
+        frame(t, 0.0, vec![j])
+    });
+    assert_near(&run, TimeState::Startup, 29.0, 1e-6);
+    let status = &run.engine.status()[0];
+    assert_near(&run, TimeState::Idle, 70.0 - status.time_held_seconds, 1e-6);
+    assert!((status.time.total() + status.time_held_seconds - 99.0).abs() < 1e-6);
+}

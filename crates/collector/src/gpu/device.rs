@@ -9,9 +9,15 @@ use nvml_wrapper::struct_wrappers::device::ProcessInfo;
 use nvml_wrapper::{Device, Nvml};
 
 use super::gpm::{self, GpmMemo};
+use super::health::{PcieCounters, Telemetry};
 use super::older::{self, Calls};
 use super::reader::Reader;
 use crate::sample::{ErrorCounts, ErrorSource, GpuProcessKind, GpuProcessSample, GpuSample};
+
+/// Where the driver has no PCIe byte counter fields, `nvmlDeviceGetPcieThroughput`
+/// (20 ms a direction) is asked once in this many readings, its rates kept
+/// between.
+const PCIE_FALLBACK_EVERY: u32 = 10;
 
 /// Identity of a GPU that does not change while the driver is loaded.
 #[derive(Debug, Clone, Default)]
@@ -29,6 +35,22 @@ pub struct DeviceMemo {
     pub last_seen_us: u64,
     /// The previous GPM sample.
     pub gpm: GpmMemo,
+    /// The device handle, fetched once (`nvmlDeviceGetHandleByIndex` takes
+    /// milliseconds) and again after the GPU was lost or stopped answering.
+    /// An `nvmlDevice_t`, kept as an address: a `Device` borrows the `Nvml`.
+    pub handle: Option<usize>,
+    /// The PCIe byte counters at the previous reading.
+    pcie_counters: Option<PcieCounters>,
+    /// The PCIe rates from the slow fallback call, and readings since it.
+    pcie_fallback: Option<(Option<f64>, Option<f64>)>,
+    pcie_fallback_age: u32,
+}
+
+impl DeviceMemo {
+    /// Forgets what belongs to one driver session (the handle), for a new one.
+    pub fn forget_handle(&mut self) {
+        self.handle = None;
+    }
 }
 
 /// A GPU that is known but does not answer: `up: false`, last identity.
@@ -53,14 +75,27 @@ pub fn read_device(
     memo: &mut DeviceMemo,
     errors: &mut ErrorCounts,
 ) -> GpuSample {
-    let down = |memo: &DeviceMemo| down_sample(index, memo);
-    let device = match nvml.device_by_index(index) {
-        Ok(d) => d,
-        Err(NvmlError::GpuLost) => return down(memo),
-        Err(_) => {
-            errors.add(ErrorSource::Nvml);
-            return down(memo);
-        }
+    let down = |memo: &mut DeviceMemo| {
+        // Fetched again next time: the GPU may come back under a new handle.
+        memo.handle = None;
+        down_sample(index, memo)
+    };
+    let device = match memo.handle {
+        // SAFETY: the handle came from this `Nvml`'s `device_by_index` (the
+        // worker forgets it when the library is initialised again).
+        Some(raw) => unsafe { Device::new(raw as _, nvml) },
+        None => match nvml.device_by_index(index) {
+            Ok(d) => {
+                // SAFETY: only the address is kept.
+                memo.handle = Some(unsafe { d.handle() } as usize);
+                d
+            }
+            Err(NvmlError::GpuLost) => return down(memo),
+            Err(_) => {
+                errors.add(ErrorSource::Nvml);
+                return down(memo);
+            }
+        },
     };
     let mut r = Reader {
         errors,
@@ -100,7 +135,6 @@ pub fn read_device(
         temperature_celsius: r
             .take(device.temperature(TemperatureSensor::Gpu))
             .map(f64::from),
-        power_watts: r.take(device.power_usage()).map(|mw| f64::from(mw) / 1e3),
         power_limit_watts: r
             .take(device.enforced_power_limit())
             .map(|mw| f64::from(mw) / 1e3),
@@ -110,16 +144,19 @@ pub fn read_device(
         sm_clock_hertz: r.take(device.clock_info(Clock::SM)).map(mhz),
         memory_clock_hertz: r.take(device.clock_info(Clock::Memory)).map(mhz),
         clock_event_reasons: r.take(device.current_throttle_reasons()).map(|b| b.bits()),
-        pcie_transmit_bytes_per_second: r
-            .take(device.pcie_throughput(PcieUtilCounter::Send))
-            .map(kilobytes),
-        pcie_receive_bytes_per_second: r
-            .take(device.pcie_throughput(PcieUtilCounter::Receive))
-            .map(kilobytes),
         processes: Vec::new(),
         ..GpuSample::default()
     };
-    sample.health = super::health::read(&device, &mut r);
+    let (health, telemetry) = super::health::read(&device, &mut r);
+    sample.health = health;
+    sample.power_watts = match telemetry.power_milliwatts {
+        Some(mw) => Some(mw as f64 / 1e3),
+        // An older driver: the averaged reading (milliseconds a call).
+        None => r.take(device.power_usage()).map(|mw| f64::from(mw) / 1e3),
+    };
+    let (tx, rx) = pcie_rates(&device, &mut r, memo, &telemetry);
+    sample.pcie_transmit_bytes_per_second = tx;
+    sample.pcie_receive_bytes_per_second = rx;
     sample.processes = read_processes(nvml, calls, &device, &mut r, memo);
     let activity = gpm::read(nvml, &device, &mut memo.gpm, r.errors);
     sample.gpm = activity.reading;
@@ -129,6 +166,49 @@ pub fn read_device(
         return down(memo);
     }
     sample
+}
+
+/// PCIe bytes a second each way: from the cumulative counters' growth since
+/// the previous reading (none on the first, or across a counter going back:
+/// a wrap or a reset), or, where the driver lacks them, from the slow
+/// sampling call once in [`PCIE_FALLBACK_EVERY`] readings.
+fn pcie_rates(
+    device: &Device,
+    r: &mut Reader,
+    memo: &mut DeviceMemo,
+    telemetry: &Telemetry,
+) -> (Option<f64>, Option<f64>) {
+    if let Some(now) = telemetry.pcie_counters {
+        let before = memo.pcie_counters.replace(now);
+        memo.pcie_fallback = None;
+        let Some(before) = before else {
+            return (None, None);
+        };
+        let seconds = (now.timestamp_us - before.timestamp_us) as f64 / 1e6;
+        let rate = |a: u64, b: u64| (seconds > 0.0 && b >= a).then(|| (b - a) as f64 / seconds);
+        return (
+            rate(before.transmit_bytes, now.transmit_bytes),
+            rate(before.receive_bytes, now.receive_bytes),
+        );
+    }
+    memo.pcie_counters = None;
+    match memo.pcie_fallback {
+        Some(rates) if memo.pcie_fallback_age + 1 < PCIE_FALLBACK_EVERY => {
+            memo.pcie_fallback_age += 1;
+            rates
+        }
+        _ => {
+            let rates = (
+                r.take(device.pcie_throughput(PcieUtilCounter::Send))
+                    .map(kilobytes),
+                r.take(device.pcie_throughput(PcieUtilCounter::Receive))
+                    .map(kilobytes),
+            );
+            memo.pcie_fallback = Some(rates);
+            memo.pcie_fallback_age = 0;
+            rates
+        }
+    }
 }
 
 fn percent(p: u32) -> f64 {

@@ -1,6 +1,9 @@
-//! Reading a GPU's memory, NVLink and recovery state with one field-values
-//! call (nvml-wrapper has no wrapper for remapped rows or the recovery
-//! action, and one call is cheaper than a call per counter and link).
+//! Reading a GPU's memory, NVLink and recovery state, its instant power and
+//! its cumulative PCIe byte counters with one field-values call
+//! (nvml-wrapper has no wrapper for remapped rows or the recovery action;
+//! one call is cheaper than a call per counter and link, and the power and
+//! PCIe fields take microseconds where `nvmlDeviceGetPowerUsage` takes
+//! milliseconds and `nvmlDeviceGetPcieThroughput` 20 ms a direction).
 
 use nvml_wrapper::Device;
 use nvml_wrapper::enums::device::SampleValue;
@@ -26,8 +29,11 @@ const REMAPPED_UNC: u32 = 143;
 const REMAPPED_PENDING: u32 = 144;
 const REMAPPED_FAILURE: u32 = 145;
 const RECOVERY_ACTION: u32 = 230;
+const POWER_INSTANT: u32 = 186;
+const PCIE_COUNT_TX_BYTES: u32 = 197;
+const PCIE_COUNT_RX_BYTES: u32 = 198;
 
-pub const FIELDS: [u32; 14] = [
+pub const FIELDS: [u32; 17] = [
     ECC_SBE_VOL_TOTAL,
     ECC_DBE_VOL_TOTAL,
     RETIRED_SBE,
@@ -42,23 +48,51 @@ pub const FIELDS: [u32; 14] = [
     REMAPPED_PENDING,
     REMAPPED_FAILURE,
     RECOVERY_ACTION,
+    POWER_INSTANT,
+    PCIE_COUNT_TX_BYTES,
+    PCIE_COUNT_RX_BYTES,
 ];
 
-/// `None` when the device answers none of the fields.
-pub fn read(device: &Device, r: &mut Reader) -> Option<GpuHealth> {
-    let ids: Vec<FieldId> = FIELDS.iter().map(|id| FieldId(*id)).collect();
-    let samples = r.take(device.field_values_for(&ids))?;
-    let health = from_samples(samples);
-    (!health.is_empty()).then_some(health)
+/// The fast telemetry fields, each `None` where the driver lacks it (older
+/// branches answer `NOT_SUPPORTED` per field).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Telemetry {
+    pub power_milliwatts: Option<u64>,
+    /// Cumulative PCIe bytes sent and received, with the driver's time of
+    /// the reading (µs since the epoch).
+    pub pcie_counters: Option<PcieCounters>,
 }
 
-fn from_samples(samples: Vec<Result<FieldValueSample, NvmlError>>) -> GpuHealth {
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PcieCounters {
+    pub transmit_bytes: u64,
+    pub receive_bytes: u64,
+    pub timestamp_us: i64,
+}
+
+/// The health fields (`None` when the device answers none of them) and the
+/// telemetry fields.
+pub fn read(device: &Device, r: &mut Reader) -> (Option<GpuHealth>, Telemetry) {
+    let ids: Vec<FieldId> = FIELDS.iter().map(|id| FieldId(*id)).collect();
+    let Some(samples) = r.take(device.field_values_for(&ids)) else {
+        return (None, Telemetry::default());
+    };
+    let (health, telemetry) = from_samples(samples);
+    ((!health.is_empty()).then_some(health), telemetry)
+}
+
+fn from_samples(samples: Vec<Result<FieldValueSample, NvmlError>>) -> (GpuHealth, Telemetry) {
     let mut h = GpuHealth::default();
+    let mut t = Telemetry::default();
+    let (mut tx, mut rx, mut at) = (None, None, 0);
     for s in samples.into_iter().flatten() {
         let Some(v) = s.value.ok().and_then(unsigned) else {
             continue;
         };
         match s.field.0 {
+            POWER_INSTANT => t.power_milliwatts = Some(v),
+            PCIE_COUNT_TX_BYTES => (tx, at) = (Some(v), s.timestamp),
+            PCIE_COUNT_RX_BYTES => rx = Some(v),
             ECC_SBE_VOL_TOTAL => h.ecc_corrected = Some(v),
             ECC_DBE_VOL_TOTAL => h.ecc_uncorrected = Some(v),
             RETIRED_SBE => h.retired_pages_single_bit = Some(v),
@@ -76,7 +110,14 @@ fn from_samples(samples: Vec<Result<FieldValueSample, NvmlError>>) -> GpuHealth 
             _ => {}
         }
     }
-    h
+    if let (Some(transmit_bytes), Some(receive_bytes)) = (tx, rx) {
+        t.pcie_counters = Some(PcieCounters {
+            transmit_bytes,
+            receive_bytes,
+            timestamp_us: at,
+        });
+    }
+    (h, t)
 }
 
 /// A counter or flag as a whole number; negative or fractional values are

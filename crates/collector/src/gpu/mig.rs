@@ -6,6 +6,12 @@
 //!
 //! Instances that appear or go away between readings (MIG reconfigured) are
 //! GPUs appearing and disappearing; their GPM memos are freed.
+//!
+//! Each instance carries its share of the physical GPU for the GPU-time
+//! ledger: its GPU instance slices (`nvmlDeviceGetAttributes` on its handle)
+//! over the GPU's (`nvmlDeviceGetMaxMigDeviceCount`: 7 on A100, H100, H200
+//! and B200, 4 on A30), or, where the driver answers no attributes, its
+//! memory over the GPU's. The parent keeps the slices no instance holds.
 
 use std::collections::HashMap;
 
@@ -104,6 +110,7 @@ pub fn read_instances(
         return Vec::new();
     };
     let mut out = Vec::new();
+    let parent_memory = parent_sample.memory_total_bytes.filter(|m| *m > 0);
     for slot in 0..slots {
         let Some(device) = ok(parent.mig_device_by_index(slot), errors) else {
             continue;
@@ -127,6 +134,14 @@ pub fn read_instances(
                 push_process(&mut processes, kind, &info);
             }
         }
+        let share = ok(device.attributes(), errors)
+            .filter(|a| a.gpu_instance_slice_count > 0 && slots > 0)
+            .map(|a| f64::from(a.gpu_instance_slice_count) / f64::from(slots))
+            .or_else(|| {
+                let own = memory.as_ref()?.total as f64;
+                Some(own / parent_memory? as f64)
+            })
+            .map(|s| s.clamp(0.0, 1.0));
         let key = (parent_sample.index, gi);
         seen.push(key);
         let memo = memos.gpm.entry(key).or_default();
@@ -142,6 +157,7 @@ pub fn read_instances(
             processes,
             gpm_supported: memo.supported,
             gpm: activity.reading,
+            share,
             mig: Some(MigIdentity {
                 parent_index: parent_sample.index,
                 parent_uuid: parent_sample.uuid.clone(),
@@ -152,4 +168,23 @@ pub fn read_instances(
         });
     }
     out
+}
+
+/// The part of a MIG-enabled GPU that none of `instances` holds (slices not
+/// made into instances), so that the GPU and its instances add up to one.
+/// Compute instances of one GPU instance share its slices: the GPU instance
+/// counts once, its share split evenly among them.
+pub fn split_shares(instances: &mut [GpuSample]) -> f64 {
+    let gi = |g: &GpuSample| g.mig.as_ref().map(|m| m.gpu_instance_id);
+    let mut per_gi: HashMap<Option<u32>, (f64, usize)> = HashMap::new();
+    for g in instances.iter() {
+        let e = per_gi.entry(gi(g)).or_insert((g.share.unwrap_or(0.0), 0));
+        e.1 += 1;
+    }
+    for g in instances.iter_mut() {
+        let (share, n) = per_gi[&gi(g)];
+        g.share = Some(share / n as f64);
+    }
+    let held: f64 = per_gi.values().map(|(share, _)| share).sum();
+    (1.0 - held).max(0.0)
 }

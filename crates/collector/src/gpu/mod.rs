@@ -1,11 +1,17 @@
 //! GPUs through NVML, on a worker thread of their own.
 //!
-//! Every NVML call runs on one dedicated thread. The sampler asks it for a
-//! reading and waits at most `timeout`; when a call hangs (a wedged driver)
-//! the sampler goes on with the last reading marked stale, and asks again
-//! only once the hung request has returned, so threads never pile up.
+//! Every NVML call runs off the sampler: the `nvml` worker thread owns the
+//! library and asks each GPU's own thread for its reading (`device_thread`).
+//! The sampler asks the worker for a reading and waits at most `timeout`;
+//! the worker waits for the GPUs for most of it, and a GPU that has not
+//! answered by then (a slow or wedged GPU) is reported with its last
+//! reading marked stale while the others are fresh. When the worker itself
+//! hangs (the device count, a wedged driver) the sampler goes on with the
+//! last reading marked stale, and asks again only once the hung request has
+//! returned, so threads never pile up.
 
 mod device;
+mod device_thread;
 mod gpm;
 mod health;
 mod mig;
@@ -20,6 +26,9 @@ use std::time::Duration;
 use crate::error::CollectError;
 use crate::sample::{ErrorCounts, ErrorSource, GpuReadout};
 pub use options::GpuOptions;
+
+/// The most GPUs read (each has a thread of its own).
+const MAX_GPUS: usize = 256;
 
 pub struct GpuSource {
     requests: SyncSender<()>,

@@ -1,29 +1,45 @@
 //! The NVML worker thread: owns the library handle, initialises it with
-//! backoff, and answers one reading per request.
+//! backoff, and answers one reading per request, gathered from the GPUs'
+//! own threads (`device_thread.rs`) within a budget per GPU.
 
-use std::sync::mpsc::{Receiver, SyncSender};
+use std::sync::Arc;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
 use std::time::{Duration, Instant};
 
 use nvml_wrapper::Nvml;
 use nvml_wrapper::error::NvmlError;
 
-use super::device::{DeviceMemo, down_sample, read_device};
-use super::mig::{MigMemos, read_instances};
+use super::device_thread::{self, Reading, Reply, Request};
 use super::older::Calls;
 use super::options::GpuOptions;
 use crate::sample::{ErrorCounts, ErrorSource, GpuReadout, GpuSample};
 
 const FIRST_RETRY: Duration = Duration::from_secs(1);
 
+/// The part of `gpu.timeout` the GPUs' threads have to answer in: the rest
+/// is for the device count and handing the reading over.
+const DEVICE_BUDGET_SHARE: f64 = 0.8;
+
+/// One GPU's thread as the worker sees it.
+struct Slot {
+    requests: SyncSender<Request>,
+    /// A request was sent and has not been answered.
+    pending: bool,
+    /// The reading of the round asked in, once it came back in time.
+    fresh_in: Option<u64>,
+    last: Option<Reading>,
+}
+
 struct Worker {
     options: GpuOptions,
-    nvml: Option<Nvml>,
+    nvml: Option<Arc<Nvml>>,
     driver_version: Option<String>,
     /// Which process calls the driver can be asked (its version decides).
     calls: Calls,
-    memos: Vec<DeviceMemo>,
-    /// GPM memos of MIG instances.
-    mig: MigMemos,
+    slots: Vec<Slot>,
+    replies: Receiver<Reply>,
+    reply_tx: SyncSender<Reply>,
+    round: u64,
     next_attempt: Instant,
     backoff: Duration,
     /// The last init failure, logged once until it changes or NVML comes up.
@@ -35,13 +51,16 @@ pub fn run(
     requests: Receiver<()>,
     replies: SyncSender<(GpuReadout, ErrorCounts)>,
 ) {
+    let (reply_tx, reply_rx) = mpsc::sync_channel(super::MAX_GPUS);
     let mut worker = Worker {
         options,
         nvml: None,
         driver_version: None,
         calls: Calls::Newest,
-        memos: Vec::new(),
-        mig: MigMemos::default(),
+        slots: Vec::new(),
+        replies: reply_rx,
+        reply_tx,
+        round: 0,
         next_attempt: Instant::now(),
         backoff: FIRST_RETRY,
         logged_failure: None,
@@ -78,7 +97,7 @@ impl Worker {
                     process_calls = ?self.calls,
                     "NVML initialised"
                 );
-                self.nvml = Some(nvml);
+                self.nvml = Some(Arc::new(nvml));
                 self.backoff = FIRST_RETRY;
                 self.logged_failure = None;
             }
@@ -103,60 +122,77 @@ impl Worker {
 
     fn read(&mut self, errors: &mut ErrorCounts) -> GpuReadout {
         self.ensure_init(errors);
-        let Some(nvml) = &self.nvml else {
+        let Some(nvml) = self.nvml.clone() else {
             return GpuReadout::default();
         };
         let count = match nvml.device_count() {
-            Ok(n) => n,
+            Ok(n) => (n as usize).min(super::MAX_GPUS),
             Err(err) => {
                 tracing::warn!(error = %err, "NVML device count failed; will initialise again");
                 errors.add(ErrorSource::Nvml);
-                for memo in &mut self.memos {
-                    memo.gpm.release(nvml);
-                }
-                self.mig.release_all(nvml);
+                // The GPUs' threads free what they keep of this session when
+                // they are next asked with a new one.
                 self.nvml = None;
                 self.next_attempt = Instant::now() + self.backoff;
                 return GpuReadout::default();
             }
         };
-        // Keep memos of GPUs that fell off (a lost GPU may drop out of the
-        // count) so they are still reported as down.
-        if self.memos.len() < count as usize {
-            self.memos.resize_with(count as usize, DeviceMemo::default);
+        self.round += 1;
+        let round = self.round;
+        // Late replies of earlier rounds free their GPUs to be asked again.
+        while let Ok(reply) = self.replies.try_recv() {
+            self.take(reply, round, errors);
         }
-        let mut gpus: Vec<GpuSample> = self
-            .memos
-            .iter_mut()
-            .enumerate()
-            .filter(|(i, memo)| (*i as u32) < count || memo.identity.is_some())
-            .map(|(i, memo)| match i as u32 {
-                i if i < count => read_device(nvml, self.calls, i, memo, errors),
-                i => down_sample(i, memo),
-            })
-            .collect();
-        let mut instances = Vec::new();
-        let mut seen = Vec::new();
-        for g in gpus.iter_mut().filter(|g| g.up) {
-            let Ok(parent) = nvml.device_by_index(g.index) else {
-                continue;
-            };
-            let found = read_instances(
-                nvml,
-                self.calls,
-                &parent,
-                g,
-                &mut self.mig,
-                &mut seen,
-                errors,
-            );
-            if !found.is_empty() {
-                // With MIG on, processes belong to their instances.
-                g.processes.clear();
+        while self.slots.len() < count {
+            let (requests, request_rx) = mpsc::sync_channel(1);
+            let index = self.slots.len() as u32;
+            if let Err(err) = device_thread::spawn(index, request_rx, self.reply_tx.clone()) {
+                tracing::warn!(error = %err, gpu = index, "cannot start a GPU's reading thread");
+                errors.add(ErrorSource::Nvml);
+                break;
             }
-            instances.extend(found);
+            self.slots.push(Slot {
+                requests,
+                pending: false,
+                fresh_in: None,
+                last: None,
+            });
         }
-        self.mig.keep_only(nvml, &seen);
+        for slot in self.slots.iter_mut().take(count) {
+            if !slot.pending {
+                let request = Request {
+                    nvml: nvml.clone(),
+                    calls: self.calls,
+                    round,
+                };
+                slot.pending = slot.requests.send(request).is_ok();
+            }
+        }
+        self.gather(round, errors);
+        // Keep GPUs that fell off (a lost GPU may drop out of the count) so
+        // they are still reported as down.
+        let mut gpus = Vec::with_capacity(self.slots.len());
+        let mut instances = Vec::new();
+        for (i, slot) in self.slots.iter().enumerate() {
+            let reading = match (&slot.last, i < count) {
+                (Some(r), true) if slot.fresh_in == Some(round) => r.clone(),
+                (Some(r), true) => {
+                    errors.add(ErrorSource::NvmlTimeout);
+                    r.stale()
+                }
+                (None, true) => {
+                    errors.add(ErrorSource::NvmlTimeout);
+                    continue;
+                }
+                (Some(r), false) => Reading {
+                    gpu: gone(&r.gpu),
+                    instances: Vec::new(),
+                },
+                (None, false) => continue,
+            };
+            gpus.push(reading.gpu);
+            instances.extend(reading.instances);
+        }
         gpus.extend(instances);
         GpuReadout {
             nvml_up: true,
@@ -165,6 +201,51 @@ impl Worker {
             driver_version: self.driver_version.clone(),
             gpus,
         }
+    }
+
+    /// Takes the GPUs' replies until every GPU asked in `round` answered or
+    /// the budget is spent. A late reply of an earlier round is kept as the
+    /// GPU's last reading, not as fresh.
+    fn gather(&mut self, round: u64, errors: &mut ErrorCounts) {
+        let deadline = Instant::now() + self.options.timeout.mul_f64(DEVICE_BUDGET_SHARE);
+        loop {
+            let waiting = self
+                .slots
+                .iter()
+                .any(|s| s.pending && s.fresh_in != Some(round));
+            if !waiting {
+                return;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.replies.recv_timeout(left) {
+                Ok(reply) => self.take(reply, round, errors),
+                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => return,
+            }
+        }
+    }
+
+    fn take(&mut self, reply: Reply, round: u64, errors: &mut ErrorCounts) {
+        let Some(slot) = self.slots.get_mut(reply.slot) else {
+            return;
+        };
+        slot.pending = false;
+        errors.merge(&reply.errors);
+        slot.last = Some(reply.reading);
+        if reply.round == round {
+            slot.fresh_in = Some(round);
+        }
+    }
+}
+
+/// A GPU no longer counted: down, with its last identity.
+fn gone(last: &GpuSample) -> GpuSample {
+    GpuSample {
+        index: last.index,
+        uuid: last.uuid.clone(),
+        name: last.name.clone(),
+        pci_bus_id: last.pci_bus_id.clone(),
+        up: false,
+        ..GpuSample::default()
     }
 }
 

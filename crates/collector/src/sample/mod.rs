@@ -95,6 +95,16 @@ pub struct GpuSample {
     /// Its `index` is then `mig_index(parent, gpu instance, compute instance)`.
     #[serde(default)]
     pub mig: Option<MigIdentity>,
+    /// The part of its physical GPU this is, for the GPU-time ledger: a MIG
+    /// instance's GPU slices over its GPU's (3/7 for a 3g instance of an
+    /// H100), a MIG-enabled GPU's slices that no instance holds; `None` for
+    /// a whole GPU (all of it).
+    #[serde(default)]
+    pub share: Option<f64>,
+    /// This GPU did not answer within its own budget in this reading (its
+    /// values are its last ones); the other GPUs' are fresh.
+    #[serde(default)]
+    pub stale: bool,
 }
 
 /// Where a MIG instance lives.

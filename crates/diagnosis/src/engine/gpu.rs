@@ -23,7 +23,7 @@ use crate::config::DiagnosisConfig;
 use crate::detect::{Ctx, UtilizationCache, detect};
 use crate::evidence::ProcessEvidence;
 use crate::frame::{Frame, GpuFrame, JobFrame};
-use crate::ledger::{Outcome, TimeState};
+use crate::ledger::{Outcome, StartupSample, TimeState};
 use crate::phase::PhaseStatus;
 use crate::processes;
 use crate::report::{job_status, primary_job};
@@ -81,6 +81,7 @@ pub(super) fn observe_gpu(
     let t = frame.t;
     let (elapsed, dt) = state.step(t);
     state.index = gpu.index;
+    state.weight = gpu.weight();
     if !gpu.fresh {
         // A fault may be why the GPU stopped answering (Xid 79).
         observe_fault(config, state, gpu, frame, &[], dt, events);
@@ -112,14 +113,17 @@ pub(super) fn observe_gpu(
         .iter()
         .find_map(|j| j.run.as_ref().map(|r| r.run.as_str()));
     let restart = state.restarts.observe(&jobs, run, t);
-    let starting = state.startup.observe(
-        !jobs.is_empty(),
-        restart.new_set,
-        judged.all_warming,
-        !idle,
+    let measured = gpu.measured();
+    let starting = state.startup.observe(StartupSample {
+        has_jobs: !jobs.is_empty(),
+        new_set: restart.new_set,
+        young: judged.all_warming,
+        busy: measured && !idle,
+        host_work: works_on_host(&holders.jobs),
+        restarted: restart.restarted,
         t,
-    );
-    if !starting {
+    });
+    if state.startup.over(t) || jobs.is_empty() {
         state.restarts.started();
     }
     let outcome = Outcome {
@@ -131,12 +135,15 @@ pub(super) fn observe_gpu(
         phase: phase.filter(|_| idle),
         starting,
         idle,
+        unmeasured: !measured,
         run_left: restart.run_left,
         restarted: restart.restarted,
     };
     let productive = state.ledger.ledger.seconds(TimeState::Productive);
     state.book(elapsed, dt, Some(&outcome), Some(&jobs));
-    let productive = state.ledger.ledger.seconds(TimeState::Productive) - productive;
+    // The job's progress in its own seconds, not in shares of a GPU.
+    let productive = (state.ledger.ledger.seconds(TimeState::Productive) - productive)
+        / state.weight.max(f64::MIN_POSITIVE);
     state
         .restarts
         .booked(outcome.state() == TimeState::Checkpointing, productive, t);
@@ -145,6 +152,23 @@ pub(super) fn observe_gpu(
         job.last_checkpoint = last_checkpoint;
         job.progress_since_checkpoint_seconds = crate::round::round(since);
     }
+}
+
+/// Least CPU, in cores, of jobs that work on the host while they start.
+const HOST_WORK_CORES: f64 = 0.1;
+/// Least storage reads, in bytes a second, of jobs that load while they start.
+const HOST_WORK_READ_BYTES: f64 = 1024.0 * 1024.0;
+
+/// The jobs do something on the host: use CPU, read from storage, or wait
+/// on it. A job that holds a GPU and does none of these (a notebook left
+/// open, a process stopped) is not starting.
+fn works_on_host(jobs: &[&JobFrame]) -> bool {
+    jobs.iter().any(|j| {
+        j.cpu_cores.is_some_and(|c| c >= HOST_WORK_CORES)
+            || j.read_bytes_per_second
+                .is_some_and(|b| b >= HOST_WORK_READ_BYTES)
+            || j.threads_disk_sleep > 0
+    })
 }
 
 /// The ledger states of the GPU's active episodes.

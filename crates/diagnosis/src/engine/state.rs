@@ -75,6 +75,9 @@ pub(super) struct GpuState {
     /// Each job's own ledger on this GPU, by (pid, start time's bits), for
     /// the jobs on it now.
     pub(super) job_time: Vec<((u32, u64), Booker)>,
+    /// How much of a physical GPU a second of this one is (a MIG instance's
+    /// share), as last reported: the ledgers book seconds times this.
+    pub(super) weight: f64,
 }
 
 impl GpuState {
@@ -108,6 +111,7 @@ impl GpuState {
             restarts: Restarts::default(),
             steps: VecDeque::with_capacity(STEPS_KEPT),
             job_time: Vec::new(),
+            weight: gpu.weight(),
         }
     }
 
@@ -142,7 +146,8 @@ impl GpuState {
 
     /// Books the time since the last sample, to the GPU and to each of
     /// `jobs` (the jobs on it now; `None`: the ones it had): by the sample's
-    /// `outcome`, or, across a gap or with no sample, to `unknown`.
+    /// `outcome`, or, across a gap or with no sample, to `unknown`; each
+    /// second weighted by the GPU's share of its physical GPU.
     pub(super) fn book(
         &mut self,
         elapsed: f64,
@@ -158,6 +163,7 @@ impl GpuState {
                 }
             }
         }
+        let (elapsed, dt) = (elapsed * self.weight, dt * self.weight);
         let ledgers =
             std::iter::once(&mut self.ledger).chain(self.job_time.iter_mut().map(|(_, b)| b));
         for booker in ledgers {

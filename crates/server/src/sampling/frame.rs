@@ -48,7 +48,9 @@ fn gpu(g: &GpuSnapshot, nvml_fresh: bool) -> GpuFrame {
     GpuFrame {
         index: g.index,
         uuid: g.uuid.clone(),
-        fresh: nvml_fresh && g.up,
+        fresh: nvml_fresh && g.up && !g.stale,
+        share: g.share,
+        mig: g.mig.is_some(),
         utilization: g.utilization_ratio,
         memory_used_bytes: g.memory_used_bytes,
         memory_total_bytes: g.memory_total_bytes,
