@@ -215,6 +215,8 @@ impl Engine {
                 time_held_seconds: s.ledger.held_seconds(),
                 lost_progress_seconds_total: s.restarts.lost_progress_seconds_total,
                 last_ended: s.restarts.ended.clone(),
+                share: (s.weight < 1.0).then_some(crate::round::round(s.weight)),
+                no_activity_reading: s.no_activity_reading.map(str::to_owned),
                 kinds: Kind::ALL
                     .iter()
                     .enumerate()

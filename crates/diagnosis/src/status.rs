@@ -130,6 +130,14 @@ pub struct GpuStatus {
     /// The job that left the GPU last.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_ended: Option<crate::ledger::EndedJob>,
+    /// The part of its physical GPU this is, when not all of it (a MIG
+    /// instance): its `time` counts that much of each second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share: Option<f64>,
+    /// Why nothing says how busy the GPU is, when nothing does: its held
+    /// time is then booked `unknown`, never `productive` or `idle`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_activity_reading: Option<String>,
     /// Counters for every kind.
     pub kinds: BTreeMap<Kind, KindCounters>,
 }

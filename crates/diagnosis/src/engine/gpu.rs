@@ -93,6 +93,7 @@ pub(super) fn observe_gpu(
         state.book(elapsed, dt, Some(&outcome), None);
         return;
     }
+    state.no_activity_reading = no_activity_reading(gpu);
     let holders = holders(config, state, gpu, frame);
     observe_fault(config, state, gpu, frame, &holders.jobs, dt, events);
     let pace = pace(config, progress, &holders.warmed, t);
@@ -151,6 +152,21 @@ pub(super) fn observe_gpu(
     for job in &mut state.jobs {
         job.last_checkpoint = last_checkpoint;
         job.progress_since_checkpoint_seconds = crate::round::round(since);
+    }
+}
+
+/// Why nothing says how busy a fresh GPU is, when nothing does.
+fn no_activity_reading(gpu: &GpuFrame) -> Option<&'static str> {
+    match (gpu.measured(), gpu.mig) {
+        (true, _) => None,
+        (false, true) => Some(
+            "MIG instance: NVML reports no utilization for a MIG instance, and this GPU has no \
+             GPM (A100, A30), so nothing says how busy it is; its held time is booked unknown",
+        ),
+        (false, false) => Some(
+            "NVML reports no utilization for this GPU, and it has no GPM, so nothing says how \
+             busy it is; its held time is booked unknown",
+        ),
     }
 }
 

@@ -78,6 +78,8 @@ pub(super) struct GpuState {
     /// How much of a physical GPU a second of this one is (a MIG instance's
     /// share), as last reported: the ledgers book seconds times this.
     pub(super) weight: f64,
+    /// Why the latest fresh frame had no activity reading, if it had none.
+    pub(super) no_activity_reading: Option<&'static str>,
 }
 
 impl GpuState {
@@ -112,6 +114,7 @@ impl GpuState {
             steps: VecDeque::with_capacity(STEPS_KEPT),
             job_time: Vec::new(),
             weight: gpu.weight(),
+            no_activity_reading: None,
         }
     }
 

@@ -337,7 +337,13 @@ pub fn render(status: &StatusResponse, events: &[Event]) -> String {
                 duration(e.time - e.since)
             );
         }
+        if let Some(why) = &g.no_activity_reading {
+            let _ = writeln!(out, "  no activity reading: {why}");
+        }
         if let Some(line) = time_line(g) {
+            let _ = writeln!(out, "  {line}");
+        }
+        if let Some(line) = held_idle_line(g) {
             let _ = writeln!(out, "  {line}");
         }
         if let Some(line) = ended_line(g) {
@@ -366,11 +372,38 @@ fn time_line(g: &GpuStatus) -> Option<String> {
         .iter()
         .map(|(state, s)| format!("{} {}", pct(s / total), state.as_str()))
         .collect();
+    // A MIG instance's seconds count its share of the GPU: say the time
+    // watched in its own seconds and what it counts for.
+    let (watched, of_gpu) = match g.share.filter(|s| *s > 0.0) {
+        Some(share) => (total / share, format!(" ({share:.2} of a GPU)")),
+        None => (total, String::new()),
+    };
     Some(format!(
-        "time watched {}: {}",
-        duration(total),
+        "time watched {}{of_gpu}: {}",
+        duration(watched),
         shares.join(", ")
     ))
+}
+
+/// Least idle time, and share of the watched time, said as held idle.
+const HELD_IDLE_SECONDS: f64 = 60.0;
+const HELD_IDLE_SHARE: f64 = 0.25;
+
+/// A job holds the GPU and it idles with no stall kind to say why:
+/// `held idle 42m (70% of the time watched): ...`.
+fn held_idle_line(g: &GpuStatus) -> Option<String> {
+    let total = g.time.total();
+    let idle = g.time.seconds(diagnosis::ledger::TimeState::Idle);
+    let own = |s: f64| g.share.filter(|w| *w > 0.0).map_or(s, |w| s / w);
+    (own(idle) >= HELD_IDLE_SECONDS && idle >= HELD_IDLE_SHARE * total).then(|| {
+        format!(
+            "held idle {} ({} of the time watched): a job holds this GPU and it does nothing, \
+             with no stall to explain it; free the GPU for others or find what the job waits \
+             for (the alert StallwatchGPUHeldIdle fires after an hour of it)",
+            duration(own(idle)),
+            pct(idle / total)
+        )
+    })
 }
 
 /// The job that left the GPU last, and the training it lost when its run
@@ -562,6 +595,35 @@ mod time_tests {
         assert_eq!(
             time_line(&g).unwrap(),
             "time watched 16m40s: 61% productive, 25% startup, 14% input"
+        );
+    }
+
+    #[test]
+    fn a_mig_instances_time_is_said_in_its_own_seconds_and_held_idle_is_said() {
+        use super::held_idle_line;
+        let mut g: GpuStatus = serde_json::from_value(serde_json::json!({
+            "gpu": 16843008, "uuid": "MIG-1", "verdict": "healthy", "verdict_since": 0.0,
+            "active": [], "jobs": [], "job_idle_seconds_total": 0.0, "kinds": {},
+            "share": 0.25
+        }))
+        .unwrap();
+        // 400 s watched of a quarter of a GPU: 100 GPU-seconds.
+        g.time.book(TimeState::Idle, 75.0);
+        g.time.book(TimeState::Productive, 25.0);
+        assert_eq!(
+            time_line(&g).unwrap(),
+            "time watched 6m40s (0.25 of a GPU): 75% idle, 25% productive"
+        );
+        let held = held_idle_line(&g).unwrap();
+        assert!(
+            held.starts_with("held idle 5m00s (75% of the time watched)"),
+            "{held}"
+        );
+        g.time.book(TimeState::Productive, 300.0);
+        assert_eq!(
+            held_idle_line(&g),
+            None,
+            "a GPU mostly at work is not held idle"
         );
     }
 

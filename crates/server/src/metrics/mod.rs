@@ -242,6 +242,8 @@ mod tests {
             time_held_seconds: 0.0,
             lost_progress_seconds_total: 0.0,
             last_ended: None,
+            share: None,
+            no_activity_reading: None,
             kinds: Kind::ALL
                 .into_iter()
                 .map(|k| (k, KindCounters::default()))
