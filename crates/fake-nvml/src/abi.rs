@@ -103,6 +103,21 @@ pub struct FieldValue {
     pub value: u64,
 }
 
+/// `nvmlDeviceAttributes_t`, filled by `nvmlDeviceGetAttributes` and `_v2`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceAttributes {
+    pub multiprocessor_count: c_uint,
+    pub shared_copy_engine_count: c_uint,
+    pub shared_decoder_count: c_uint,
+    pub shared_encoder_count: c_uint,
+    pub shared_jpeg_count: c_uint,
+    pub shared_ofa_count: c_uint,
+    pub gpu_instance_slice_count: c_uint,
+    pub compute_instance_slice_count: c_uint,
+    pub memory_size_mb: u64,
+}
+
 /// `nvmlTemperature_v1_t`.
 #[repr(C)]
 pub struct TemperatureV1 {
@@ -125,6 +140,7 @@ const _: () = {
     assert!(size_of::<ProcessUtilizationSample>() == 32);
     assert!(size_of::<FieldValue>() == 40);
     assert!(size_of::<TemperatureV1>() == 12);
+    assert!(size_of::<DeviceAttributes>() == 40);
 };
 
 /// Writes `value` through `ptr`.

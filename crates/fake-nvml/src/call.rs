@@ -1,5 +1,6 @@
 //! What every exported call goes through: panic containment, the init check,
-//! device-handle validation, injected faults, lost GPUs and unsupported features.
+//! device-handle validation, injected faults, modelled driver latencies, lost
+//! GPUs and unsupported features.
 
 use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -8,6 +9,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::codes::{GPU_IS_LOST, INVALID_ARGUMENT, NOT_SUPPORTED, Ret, SUCCESS, UNKNOWN};
+use crate::latency;
 use crate::scenario::{Feature, Gpu, MAX_GPUS, MAX_MIG, MigInstance};
 use crate::state::{self, Loaded, State};
 
@@ -91,11 +93,25 @@ pub fn system_call(call: &str, f: impl FnOnce(&Loaded) -> Result<(), Ret>) -> Re
     })
 }
 
-/// A call about one device. `feature` names the group that `unsupported` can turn off.
+/// A call about one device. `feature` names the group that `unsupported` can
+/// turn off. Sleeps the call's modelled driver latency (`latency.rs`), if any.
 pub fn device_call(
     call: &str,
     handle: Handle,
     feature: Option<Feature>,
+    f: impl FnOnce(&Loaded, usize, &Gpu) -> Result<(), Ret>,
+) -> Ret {
+    device_call_taking(call, handle, feature, latency::of(call), f)
+}
+
+/// [`device_call`] that sleeps `latency` (while latencies are on) once the call
+/// passed its checks and faults, without holding the state, so that calls on
+/// other GPUs proceed meanwhile. The checks are made again after the sleep.
+pub fn device_call_taking(
+    call: &str,
+    handle: Handle,
+    feature: Option<Feature>,
+    latency: Option<Duration>,
     f: impl FnOnce(&Loaded, usize, &Gpu) -> Result<(), Ret>,
 ) -> Ret {
     guard(|| {
@@ -104,19 +120,38 @@ pub fn device_call(
         let index = index_of(handle)
             .filter(|i| *i < count)
             .ok_or(INVALID_ARGUMENT)?;
-        let st = settle(st, call, Some(index), state::lock_ready)?;
+        let mut st = settle(st, call, Some(index), state::lock_ready)?;
         let loaded = st.current()?;
-        let gpu = loaded.gpu(index).ok_or(INVALID_ARGUMENT)?;
-        if gpu.lost {
-            return Err(GPU_IS_LOST);
+        if let Some(wait) = latency::applies(&loaded.scenario, latency) {
+            usable(loaded, index, feature)?;
+            st = pause(st, wait, state::lock_ready)?;
         }
-        if let Some(feature) = feature
-            && !gpu.supports(feature)
-        {
-            return Err(NOT_SUPPORTED);
-        }
-        f(loaded, index, gpu)
+        let loaded = st.current()?;
+        f(loaded, index, usable(loaded, index, feature)?)
     })
+}
+
+/// GPU `index`, when a call on it can be answered: still in the scenario, not
+/// lost, and `feature` supported.
+fn usable(loaded: &Loaded, index: usize, feature: Option<Feature>) -> Result<&Gpu, Ret> {
+    let gpu = loaded.gpu(index).ok_or(INVALID_ARGUMENT)?;
+    if gpu.lost {
+        return Err(GPU_IS_LOST);
+    }
+    if let Some(feature) = feature
+        && !gpu.supports(feature)
+    {
+        return Err(NOT_SUPPORTED);
+    }
+    Ok(gpu)
+}
+
+/// Sleeps `wait` (a modelled driver latency) without holding the state, then
+/// takes it again with `relock`.
+pub fn pause(st: Guard, wait: Duration, relock: fn() -> Result<Guard, Ret>) -> Result<Guard, Ret> {
+    drop(st);
+    thread::sleep(wait);
+    relock()
 }
 
 /// Applies the scenario's fault for `call` on `gpu`, if any: waits out its delay

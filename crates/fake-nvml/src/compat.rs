@@ -5,8 +5,9 @@ use std::ffi::{c_int, c_uint};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::abi::{Bar1Memory, FieldValue, put};
-use crate::call::{Handle, device_call};
+use crate::call::{Handle, device_call, device_call_taking};
 use crate::codes::{INVALID_ARGUMENT, NOT_SUPPORTED, Ret, SUCCESS};
+use crate::latency;
 use crate::scenario::Feature;
 
 const BAR1_TOTAL_BYTES: u64 = 128 << 30;
@@ -50,19 +51,25 @@ pub unsafe extern "C" fn nvmlDeviceGetDecoderUtilization(
     )
 }
 
-/// The GPU's `health` fields (see `health.rs`); every other field answers
-/// `NOT_SUPPORTED` in its own `nvmlReturn`. The call succeeds.
+/// The GPU's `health` fields (see `health.rs`), instant power and the PCIe
+/// byte counters (see `fields.rs`); every other field, and one the GPU does
+/// not support, answers `NOT_SUPPORTED` in its own `nvmlReturn`. The call
+/// succeeds. Asked for a PCIe byte counter, it takes the modelled 0.3 ms.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetFieldValues(
     device: Handle,
     count: c_int,
     values: *mut FieldValue,
 ) -> Ret {
-    device_call(
+    // SAFETY: the caller passes `count` records, or null.
+    let slow = unsafe { asks_for_pcie_counters(count, values) };
+    let latency = slow.then_some(latency::PCIE_COUNTER_FIELDS);
+    device_call_taking(
         "nvmlDeviceGetFieldValues",
         device,
         None,
-        |loaded, _, gpu| {
+        latency,
+        |loaded, index, gpu| {
             crate::xids::write_kernel_log(loaded);
             let count = usize::try_from(count).map_err(|_| INVALID_ARGUMENT)?;
             if values.is_null() {
@@ -78,13 +85,15 @@ pub unsafe extern "C" fn nvmlDeviceGetFieldValues(
                     let mut value = slot.read_unaligned();
                     value.timestamp = now;
                     value.latency_usec = 0;
-                    match crate::health::field(gpu, value.field_id) {
-                        Some((value_type, v)) => {
+                    let answer = crate::fields::field(index, gpu, value.field_id)
+                        .unwrap_or_else(|| crate::health::field(gpu, value.field_id).ok_or(()));
+                    match answer {
+                        Ok((value_type, v)) => {
                             value.value_type = value_type;
                             value.value = v;
                             value.nvml_return = SUCCESS;
                         }
-                        None => value.nvml_return = NOT_SUPPORTED,
+                        Err(()) => value.nvml_return = NOT_SUPPORTED,
                     }
                     slot.write_unaligned(value);
                 }
@@ -92,6 +101,24 @@ pub unsafe extern "C" fn nvmlDeviceGetFieldValues(
             Ok(())
         },
     )
+}
+
+/// Whether the request names field 197 or 198.
+///
+/// # Safety
+/// `values` is null or valid for reads of `count` records.
+unsafe fn asks_for_pcie_counters(count: c_int, values: *const FieldValue) -> bool {
+    let Ok(count) = usize::try_from(count) else {
+        return false;
+    };
+    if values.is_null() {
+        return false;
+    }
+    (0..count).any(|i| {
+        // SAFETY: per this function's contract.
+        let id = unsafe { std::ptr::addr_of!((*values.add(i)).field_id).read_unaligned() };
+        crate::fields::is_pcie_counter(id)
+    })
 }
 
 /// P0.

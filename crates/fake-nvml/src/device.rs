@@ -3,13 +3,15 @@
 use std::ffi::{c_char, c_uint};
 
 use crate::abi::{PciInfo, PciInfoV1, c_array, get_str, put, put_str};
-use crate::call::{Handle, device_call, guard, handle_for, settle};
+use crate::call::{Handle, device_call, guard, handle_for, pause, settle};
 use crate::codes::{GPU_IS_LOST, INVALID_ARGUMENT, NOT_FOUND, Ret};
+use crate::latency;
 use crate::pci::PciAddress;
 use crate::scenario::Gpu;
 use crate::state::{self, Loaded};
 
 /// Answers a handle lookup: `find` picks the GPU's index in the scenario.
+/// Sleeps the call's modelled driver latency, if any, without holding the state.
 ///
 /// # Safety
 /// `out` is null or valid for a write.
@@ -18,13 +20,21 @@ unsafe fn lookup(
     out: *mut Handle,
     find: impl FnOnce(&Loaded) -> Result<usize, Ret>,
 ) -> Ret {
+    let found = |loaded: &Loaded, index: usize| {
+        let gpu = loaded.gpu(index).ok_or(NOT_FOUND)?;
+        if gpu.lost {
+            return Err(GPU_IS_LOST);
+        }
+        Ok(())
+    };
     guard(|| {
         let st = state::lock_ready()?;
         let index = find(st.current()?)?;
-        let st = settle(st, call, Some(index), state::lock_ready)?;
-        let gpu = st.current()?.gpu(index).ok_or(NOT_FOUND)?;
-        if gpu.lost {
-            return Err(GPU_IS_LOST);
+        let mut st = settle(st, call, Some(index), state::lock_ready)?;
+        found(st.current()?, index)?;
+        if let Some(wait) = latency::applies(&st.current()?.scenario, latency::of(call)) {
+            st = pause(st, wait, state::lock_ready)?;
+            found(st.current()?, index)?;
         }
         // SAFETY: per this function's contract.
         unsafe { put(out, handle_for(index)) }

@@ -17,8 +17,10 @@ mod codes;
 mod compat;
 mod device;
 mod extras;
+mod fields;
 mod gpm;
 mod health;
+mod latency;
 mod mig;
 mod pci;
 mod power;
@@ -31,8 +33,8 @@ mod watch;
 mod xids;
 
 /// Parses a scenario file's text as the library does on each load, then asks
-/// it what the exports ask: each fault's lookup on every GPU, and each GPU's
-/// PCI bus ID in both forms. Returns the number of GPUs. For the fuzz targets
+/// it what the exports ask: each fault's lookup on every GPU, each GPU's
+/// PCI bus ID in both forms, and each MIG instance's attributes. Returns the number of GPUs. For the fuzz targets
 /// and the corpus replay test; the library itself reads files only.
 #[doc(hidden)]
 pub fn check_scenario(text: &str) -> Result<usize, String> {
@@ -43,6 +45,9 @@ pub fn check_scenario(text: &str) -> Result<usize, String> {
         }
     }
     for gpu in &s.gpus {
+        for m in gpu.mig.iter().flatten() {
+            let _ = mig::attributes(m);
+        }
         let _ = gpu.pci.legacy();
         assert_eq!(
             pci::PciAddress::parse(&gpu.pci_bus_id),

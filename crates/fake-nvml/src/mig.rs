@@ -1,11 +1,13 @@
 //! MIG: mode, instance handles, and what a MIG device handle answers (its
-//! UUID, name, memory, processes, instance IDs), from each GPU's `mig` in the
-//! scenario. A GPU without `mig` answers `NOT_SUPPORTED` to the MIG queries.
+//! UUID, name, memory, processes, instance IDs, attributes), from each GPU's
+//! `mig` in the scenario. A GPU without `mig` answers `NOT_SUPPORTED` to the
+//! MIG queries.
 
 use std::ffi::{c_char, c_uint};
 
 use crate::abi::{
-    MEMORY_V2_VERSION, MemoryV1, MemoryV2, ProcessInfoV1, ProcessInfoV2, fill, put, put_str,
+    DeviceAttributes, MEMORY_V2_VERSION, MemoryV1, MemoryV2, ProcessInfoV1, ProcessInfoV2, fill,
+    put, put_str,
 };
 use crate::call::{Handle, device_call, handle_for, mig_call, mig_handle_for, mig_of};
 use crate::codes::{ARGUMENT_VERSION_MISMATCH, INVALID_ARGUMENT, NOT_FOUND, NOT_SUPPORTED, Ret};
@@ -141,6 +143,60 @@ pub unsafe fn name(device: Handle, name: *mut c_char, length: c_uint) -> Ret {
     mig_call("nvmlDeviceGetName", device, |_, _, g, m| unsafe {
         put_str(name, length, &format!("{} MIG {}", g.name, m.profile))
     })
+}
+
+/// Streaming multiprocessors per compute slice. An H100 SXM has 132 SMs in 7
+/// slices, about 18 each; profiles hand out fewer (a 1g instance has 16), so
+/// 16 a slice is used: a 7g instance reports 112.
+pub const SMS_PER_SLICE: u32 = 16;
+
+/// What `nvmlDeviceGetAttributes` answers for instance `m`: `NOT_SUPPORTED`
+/// when its slices are unknown (no `slices` and no profile that names them).
+/// The shared engine counts are 0.
+pub fn attributes(m: &MigInstance) -> Result<DeviceAttributes, Ret> {
+    let slices = m.slices.ok_or(NOT_SUPPORTED)?;
+    let compute = m.compute_slices.unwrap_or(slices);
+    Ok(DeviceAttributes {
+        multiprocessor_count: compute.saturating_mul(SMS_PER_SLICE),
+        shared_copy_engine_count: 0,
+        shared_decoder_count: 0,
+        shared_encoder_count: 0,
+        shared_jpeg_count: 0,
+        shared_ofa_count: 0,
+        gpu_instance_slice_count: slices,
+        compute_instance_slice_count: compute,
+        memory_size_mb: m.memory_total_bytes >> 20,
+    })
+}
+
+/// `nvmlDeviceGetAttributes(_v2)`: a MIG device handle's slices, SMs and
+/// memory; a whole GPU answers `NOT_SUPPORTED`, as on a real driver.
+fn get_attributes(call: &str, device: Handle, out: *mut DeviceAttributes) -> Ret {
+    if mig_of(device).is_none() {
+        return device_call(call, device, None, |_, _, _| Err(NOT_SUPPORTED));
+    }
+    mig_call(call, device, |_, _, _, m| {
+        let value = attributes(m)?;
+        // SAFETY: the caller passes a valid pointer or null.
+        unsafe { put(out, value) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetAttributes_v2(
+    device: Handle,
+    attributes: *mut DeviceAttributes,
+) -> Ret {
+    get_attributes("nvmlDeviceGetAttributes_v2", device, attributes)
+}
+
+/// The same layout as `_v2`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetAttributes(
+    device: Handle,
+    attributes: *mut DeviceAttributes,
+) -> Ret {
+    get_attributes("nvmlDeviceGetAttributes", device, attributes)
 }
 
 fn split(m: &MigInstance) -> (u64, u64) {

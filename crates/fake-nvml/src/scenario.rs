@@ -20,6 +20,9 @@ pub struct Scenario {
     /// A file the library appends the driver's `NVRM: Xid` lines to when a
     /// scripted Xid happens, as the driver writes them to the kernel log.
     pub kernel_log: Option<String>,
+    /// Real drivers' latencies (see `latency.rs`); `STALLWATCH_FAKE_NVML_LATENCIES`
+    /// overrides it when set.
+    pub latencies: bool,
 }
 
 impl Default for Scenario {
@@ -32,6 +35,7 @@ impl Default for Scenario {
             gpus: Vec::new(),
             faults: Vec::new(),
             kernel_log: None,
+            latencies: true,
         }
     }
 }
@@ -151,6 +155,11 @@ pub enum Feature {
     Bar1Memory,
     MemoryBusWidth,
     Events,
+    /// Field value 186, `NVML_FI_DEV_POWER_INSTANT` (drivers before it answer
+    /// `NOT_SUPPORTED` for the field).
+    PowerInstantField,
+    /// Field values 197 and 198, the cumulative PCIe byte counters.
+    PcieCounterFields,
 }
 
 /// What `nvmlGpmMetricsGet` reports between two samples of the device, in
@@ -196,6 +205,36 @@ pub struct MigInstance {
     /// GPM of this instance (`nvmlGpmMigSampleGet`); needs the parent's `gpm`.
     #[serde(default)]
     pub gpm: Option<Gpm>,
+    /// GPU slices of the instance's GPU instance (1 to 7). Absent: the leading
+    /// number of `profile` (`3g.40gb`: 3), and without a profile, unknown.
+    /// After parsing: the resolved count.
+    #[serde(default)]
+    pub slices: Option<u32>,
+    /// Slices of the compute instance: the `N` of a `Nc.Mg...` profile, else `slices`.
+    #[serde(skip)]
+    pub compute_slices: Option<u32>,
+}
+
+/// Slices of a GPU (A100, H100, H200: 7).
+pub const GPU_SLICES: u32 = 7;
+
+/// (GPU instance slices, compute instance slices when the profile names them)
+/// from a MIG profile name: `3g.40gb` is (3, None), `1c.3g.40gb` (3, Some(1)),
+/// `1g.10gb+me` (1, None). `None` when the name does not start that way.
+pub fn profile_slices(profile: &str) -> Option<(u32, Option<u32>)> {
+    let number = |part: &str, unit: char| -> Option<u32> {
+        let digits = part.strip_suffix(unit)?;
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        digits.parse().ok()
+    };
+    let mut parts = profile.trim().split('.');
+    let first = parts.next()?;
+    match number(first, 'c') {
+        Some(ci) => Some((number(parts.next()?, 'g')?, Some(ci))),
+        None => Some((number(first, 'g')?, None)),
+    }
 }
 
 fn mig_memory_default() -> u64 {
@@ -273,6 +312,7 @@ impl Scenario {
                     mig.len()
                 ));
             }
+            resolve_slices(i, mig)?;
             for m in mig.iter_mut() {
                 if m.uuid.is_empty() {
                     m.uuid = format!(
@@ -298,8 +338,65 @@ impl Scenario {
     }
 }
 
+/// Fills in each instance's `slices` and `compute_slices` and checks them:
+/// each within 1..=7, a compute instance no larger than its GPU instance,
+/// instances of one GPU instance agreeing, and the GPU instances of GPU `gpu`
+/// taking no more than the GPU's 7 slices.
+fn resolve_slices(gpu: usize, mig: &mut [MigInstance]) -> Result<(), String> {
+    let range = 1..=GPU_SLICES;
+    for (n, m) in mig.iter_mut().enumerate() {
+        let from_profile = profile_slices(&m.profile);
+        if let Some(s) = m.slices {
+            if !range.contains(&s) {
+                return Err(format!(
+                    "gpus[{gpu}].mig[{n}].slices: {s} is out of range, a GPU instance has 1 to {GPU_SLICES} slices"
+                ));
+            }
+        } else if let Some((s, _)) = from_profile {
+            if !range.contains(&s) {
+                return Err(format!(
+                    "gpus[{gpu}].mig[{n}].profile: {:?} names {s} GPU slices, out of range 1 to {GPU_SLICES}",
+                    m.profile
+                ));
+            }
+            m.slices = Some(s);
+        }
+        let ci = from_profile.and_then(|(_, ci)| ci);
+        m.compute_slices = ci.or(m.slices);
+        if let (Some(ci), Some(gi)) = (ci, m.slices)
+            && !(1..=gi).contains(&ci)
+        {
+            return Err(format!(
+                "gpus[{gpu}].mig[{n}].profile: {:?} names a compute instance of {ci} slices in a GPU instance of {gi}",
+                m.profile
+            ));
+        }
+    }
+    // Compute instances of one GPU instance share its slices: count each GPU instance once.
+    let mut instances: Vec<(u32, u32, usize)> = Vec::new();
+    for (n, m) in mig.iter().enumerate() {
+        let Some(s) = m.slices else { continue };
+        match instances.iter().find(|(id, _, _)| *id == m.gpu_instance_id) {
+            Some(&(id, other, at)) if other != s => {
+                return Err(format!(
+                    "gpus[{gpu}].mig[{n}].slices: {s} differs from the {other} of gpus[{gpu}].mig[{at}], in the same GPU instance {id}"
+                ));
+            }
+            Some(_) => {}
+            None => instances.push((m.gpu_instance_id, s, n)),
+        }
+    }
+    let total: u32 = instances.iter().map(|(_, s, _)| s).sum();
+    if total > GPU_SLICES {
+        return Err(format!(
+            "gpus[{gpu}].mig: the GPU instances take {total} slices (`slices` or the profiles' leading numbers), more than the {GPU_SLICES} a GPU has"
+        ));
+    }
+    Ok(())
+}
+
 /// A symbol name without its `_vN` suffix, with renamed calls folded together.
-fn call_family(name: &str) -> &str {
+pub fn call_family(name: &str) -> &str {
     let name = name.trim();
     let base = match name.rfind("_v") {
         Some(at) if name[at + 2..].chars().all(|c| c.is_ascii_digit()) && at + 2 < name.len() => {
@@ -353,6 +450,114 @@ mod tests {
                 .0,
             9
         );
+    }
+
+    #[test]
+    fn latencies_switch() {
+        assert!(Scenario::parse("{}").unwrap().latencies);
+        assert!(
+            !Scenario::parse(r#"{"latencies": false}"#)
+                .unwrap()
+                .latencies
+        );
+        assert!(Scenario::parse(r#"{"latencies": "no"}"#).is_err());
+    }
+
+    #[test]
+    fn new_features_parse() {
+        let s = Scenario::parse(
+            r#"{"gpus": [{"unsupported": ["power_instant_field", "pcie_counter_fields"]}]}"#,
+        )
+        .unwrap();
+        assert!(!s.gpus[0].supports(Feature::PowerInstantField));
+        assert!(!s.gpus[0].supports(Feature::PcieCounterFields));
+        assert!(s.gpus[0].supports(Feature::Pcie));
+    }
+
+    #[test]
+    fn profile_names() {
+        assert_eq!(profile_slices("3g.40gb"), Some((3, None)));
+        assert_eq!(profile_slices("1g.10gb"), Some((1, None)));
+        assert_eq!(profile_slices("4g.40gb"), Some((4, None)));
+        assert_eq!(profile_slices("7g.80gb"), Some((7, None)));
+        assert_eq!(profile_slices("1g.10gb+me"), Some((1, None)));
+        assert_eq!(profile_slices("1c.3g.40gb"), Some((3, Some(1))));
+        assert_eq!(profile_slices(""), None);
+        assert_eq!(profile_slices("g.10gb"), None);
+        assert_eq!(profile_slices("+3g.10gb"), None);
+        assert_eq!(profile_slices("three"), None);
+        assert_eq!(profile_slices("1c.big"), None);
+    }
+
+    fn mig(instances: &str) -> Result<Vec<MigInstance>, String> {
+        let text = format!(r#"{{"gpus": [{{"mig": {instances}}}]}}"#);
+        Scenario::parse(&text).map(|mut s| s.gpus.remove(0).mig.unwrap())
+    }
+
+    #[test]
+    fn mig_slices_from_the_field_or_the_profile() {
+        let m = mig(r#"[
+            {"gpu_instance_id": 1, "profile": "3g.40gb"},
+            {"gpu_instance_id": 2, "profile": "1g.10gb", "slices": 2},
+            {"gpu_instance_id": 3},
+            {"gpu_instance_id": 4, "profile": "custom"},
+            {"gpu_instance_id": 5, "profile": "1c.1g.10gb"}
+        ]"#)
+        .unwrap();
+        let got: Vec<_> = m.iter().map(|m| (m.slices, m.compute_slices)).collect();
+        assert_eq!(
+            got,
+            [
+                (Some(3), Some(3)),
+                (Some(2), Some(2)),
+                (None, None),
+                (None, None),
+                (Some(1), Some(1)),
+            ]
+        );
+        // No profile: the name still has the default profile; the slices stay unknown.
+        assert_eq!(m[2].profile, "1g.10gb");
+        // Compute instances of one GPU instance share its slices.
+        let m = mig(r#"[
+            {"gpu_instance_id": 1, "compute_instance_id": 0, "profile": "1c.4g.40gb"},
+            {"gpu_instance_id": 1, "compute_instance_id": 1, "profile": "3c.4g.40gb"},
+            {"gpu_instance_id": 2, "profile": "3g.40gb"}
+        ]"#)
+        .unwrap();
+        assert_eq!(m[0].compute_slices, Some(1));
+        assert_eq!(m[1].compute_slices, Some(3));
+        assert_eq!(m[1].slices, Some(4));
+        mig(r#"[{"gpu_instance_id": 1, "profile": "7g.80gb"}]"#).unwrap();
+    }
+
+    #[test]
+    fn mig_slices_rejected() {
+        let err = |instances: &str| mig(instances).unwrap_err();
+        let e = err(r#"[{"gpu_instance_id": 1, "slices": 0}]"#);
+        assert!(
+            e.contains("gpus[0].mig[0].slices") && e.contains("out of range"),
+            "{e}"
+        );
+        let e = err(r#"[{"gpu_instance_id": 1}, {"gpu_instance_id": 2, "slices": 8}]"#);
+        assert!(e.contains("gpus[0].mig[1].slices"), "{e}");
+        let e = err(r#"[{"gpu_instance_id": 1, "profile": "8g.90gb"}]"#);
+        assert!(e.contains("gpus[0].mig[0].profile"), "{e}");
+        let e = err(r#"[{"gpu_instance_id": 1, "profile": "4c.3g.40gb"}]"#);
+        assert!(e.contains("gpus[0].mig[0].profile"), "{e}");
+        let e = err(r#"[{"gpu_instance_id": 1, "profile": "4g.40gb"},
+                       {"gpu_instance_id": 2, "profile": "3g.40gb"},
+                       {"gpu_instance_id": 3, "slices": 1}]"#);
+        assert!(
+            e.contains("gpus[0].mig") && e.contains("8 slices") && e.contains("more than the 7"),
+            "{e}"
+        );
+        let e = err(r#"[{"gpu_instance_id": 1, "slices": 2},
+                       {"gpu_instance_id": 1, "compute_instance_id": 1, "slices": 3}]"#);
+        assert!(
+            e.contains("gpus[0].mig[1].slices") && e.contains("GPU instance 1"),
+            "{e}"
+        );
+        assert!(mig(r#"[{"gpu_instance_id": 1, "slices": -1}]"#).is_err());
     }
 
     #[test]

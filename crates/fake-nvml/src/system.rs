@@ -3,12 +3,13 @@
 use std::ffi::{c_char, c_int, c_uint};
 
 use crate::abi::{put, put_str};
-use crate::call::{guard, settle, system_call};
+use crate::call::{guard, pause, settle, system_call};
 use crate::codes::{Ret, UNINITIALIZED, UNKNOWN};
-use crate::state;
+use crate::{latency, state};
 
 /// Loads the scenario (failing with `NVML_ERROR_UNKNOWN` when there is none),
-/// answers `init_error` and faults on `call`, then counts one more init.
+/// answers `init_error` and faults on `call`, sleeps the modelled latency of
+/// init, then counts one more init.
 fn init(call: &str) -> Ret {
     guard(|| {
         let (st, res) = state::lock();
@@ -18,7 +19,11 @@ fn init(call: &str) -> Ret {
         if let Some(code) = st.current()?.scenario.init_error {
             return Err(code.0);
         }
-        let mut st = settle(st, call, None, || Ok(state::lock().0))?;
+        let relock: fn() -> Result<_, Ret> = || Ok(state::lock().0);
+        let mut st = settle(st, call, None, relock)?;
+        if let Some(wait) = latency::applies(&st.current()?.scenario, latency::of(call)) {
+            st = pause(st, wait, relock)?;
+        }
         st.init_count += 1;
         Ok(())
     })

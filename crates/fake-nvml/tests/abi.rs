@@ -31,16 +31,22 @@ fn raw_calls_follow_nvml_h() {
     let lib = nvml.lib();
     let dev = nvml.device_by_index(0).unwrap();
     let fields = dev
-        .field_values_for(&[FieldId(
-            nvml_wrapper::sys_exports::field_id::NVML_FI_DEV_POWER_INSTANT,
-        )])
+        .field_values_for(&[
+            FieldId(nvml_wrapper::sys_exports::field_id::NVML_FI_DEV_POWER_INSTANT),
+            FieldId(nvml_wrapper::sys_exports::field_id::NVML_FI_DEV_POWER_AVERAGE),
+        ])
         .unwrap();
     let sample: &FieldValueSample = fields[0].as_ref().unwrap();
     assert!(matches!(
         sample.value,
-        Err(nvml_wrapper::error::NvmlError::NotSupported)
+        Ok(nvml_wrapper::enums::device::SampleValue::U32(70_000))
     ));
     assert!(sample.timestamp > 0);
+    let sample: &FieldValueSample = fields[1].as_ref().unwrap();
+    assert!(matches!(
+        sample.value,
+        Err(nvml_wrapper::error::NvmlError::NotSupported)
+    ));
 
     // SAFETY: calls into the loaded library with valid pointers and buffer sizes.
     unsafe {

@@ -127,6 +127,64 @@ fn mig_instances_answer_as_devices() {
         Err(NvmlError::InvalidArg)
     ));
 
+    // Attributes: the slices from the profile (3g: 3, 16 SMs a slice), none
+    // without a profile or `slices`; a whole GPU has none, as on a real driver.
+    let attrs = b.attributes().unwrap();
+    assert_eq!(
+        (
+            attrs.gpu_instance_slice_count,
+            attrs.compute_instance_slice_count,
+            attrs.multiprocessor_count,
+            attrs.memory_size_mb
+        ),
+        (3, 3, 48, 10 * 1024)
+    );
+    assert_eq!(attrs.shared_copy_engine_count, 0);
+    assert!(matches!(a.attributes(), Err(NvmlError::NotSupported)));
+    assert!(matches!(parent.attributes(), Err(NvmlError::NotSupported)));
+    assert!(matches!(plain.attributes(), Err(NvmlError::NotSupported)));
+    // The unversioned symbol fills the same layout.
+    let mut raw: nvml_wrapper_sys::bindings::nvmlDeviceAttributes_t = unsafe { std::mem::zeroed() };
+    unsafe {
+        assert_eq!(
+            (lib.nvmlDeviceGetAttributes.as_ref().unwrap())(b.handle(), &mut raw),
+            0
+        );
+    }
+    assert_eq!(
+        (raw.gpuInstanceSliceCount, raw.memorySizeMB),
+        (3, 10 * 1024)
+    );
+    // `slices` given; a compute instance smaller than its GPU instance.
+    file.write(&scenario(json!([
+        {"gpu_instance_id": 1, "slices": 2, "memory_total_bytes": 20 * GIB},
+        {"gpu_instance_id": 2, "profile": "1c.3g.40gb"}
+    ])));
+    let attrs = a.attributes().unwrap();
+    assert_eq!(
+        (
+            attrs.gpu_instance_slice_count,
+            attrs.compute_instance_slice_count,
+            attrs.multiprocessor_count,
+            attrs.memory_size_mb
+        ),
+        (2, 2, 32, 20 * 1024)
+    );
+    let attrs = b.attributes().unwrap();
+    assert_eq!(
+        (
+            attrs.gpu_instance_slice_count,
+            attrs.compute_instance_slice_count,
+            attrs.multiprocessor_count
+        ),
+        (3, 1, 16)
+    );
+    // A lost parent: its instances answer as lost.
+    let mut lost = scenario(json!([{"gpu_instance_id": 1, "slices": 2}]));
+    lost["gpus"][0]["lost"] = json!(true);
+    file.write(&lost);
+    assert!(matches!(a.attributes(), Err(NvmlError::GpuLost)));
+
     // Reconfigured: instance 2 is gone, its handle invalid.
     file.write(&scenario(json!([{"gpu_instance_id": 1}])));
     assert!(matches!(b.uuid(), Err(NvmlError::InvalidArg)));
