@@ -223,7 +223,7 @@ def check(got, fleet, by, hours=168):
     """What in `stallwatch fleet goodput --json --by BY` differs from the truth (an empty
     list when nothing does): the fleet's GPU-hours, goodput, ETTR and lost GPU-hours, every
     state (a run's waits for peers by cause), and the groups listed, in order, with their
-    GPU-hours, lost GPU-hours, main lost state and, for runs, lost progress."""
+    GPU-hours, lost GPU-hours, idle GPU-hours, main lost state and, for runs, lost progress."""
     truth = fleet.truth
     whole = truth.summary(truth.fleet(by))
     problems = []
@@ -254,6 +254,7 @@ def check(got, fleet, by, hours=168):
     for g, (name, want) in zip(got["groups"], ranked):
         differ(f"{name} gpu_hours", g["gpu_hours"], want["gpu_hours"])
         differ(f"{name} lost_gpu_hours", g["lost_gpu_hours"], want["lost_gpu_hours"])
+        differ(f"{name} idle_gpu_hours", g["idle_gpu_hours"], truth.by[by][name].get(("idle", None), 0.0) / 3600)
         main = g.get("main_lost")
         if (main and (main["state"], main.get("cause"))) != want["main_lost"]:
             problems.append(f"{name} main_lost: {main} where the truth is {want['main_lost']}")

@@ -86,6 +86,7 @@ def test_table_names_the_teams_that_lost_most(served):
         state = want["main_lost"][0]
         assert line.split() == [
             name or "(no namespace)", f"{want['gpu_hours']:.1f}", f"{want['lost_gpu_hours']:.1f}",
+            f"{fleet.truth.by['namespace'][name].get(('idle', None), 0.0) / 3600:.1f}",
             f"{want['goodput'] * 100:.1f}%", f"{want['ettr'] * 100:.1f}%", state,
             f"({fleet.truth.by['namespace'][name][(state, None)] / 3600:.1f}", "GPU-hours)",
         ]

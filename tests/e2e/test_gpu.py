@@ -3,6 +3,8 @@
 import json
 import time
 
+import pytest
+
 from daemon import gpu
 
 
@@ -30,7 +32,12 @@ def test_values_round_trip_with_units(daemon_factory):
             ],
         }
     ).start()
-    m = d.wait_for(lambda m: m.has("stallwatch_gpu_utilization_ratio", gpu=1), what="both GPUs")
+    # PCIe rates come from the driver's cumulative byte counters: from the second reading on.
+    m = d.wait_for(
+        lambda m: m.has("stallwatch_gpu_utilization_ratio", gpu=1)
+        and m.has("stallwatch_gpu_pcie_transmit_bytes_per_second", gpu=0),
+        what="both GPUs, and two readings of GPU 0's PCIe counters",
+    )
     g0 = dict(gpu="0", uuid="GPU-00000000-0000-0000-0000-000000000000")
     assert m.value("stallwatch_nvml_up") == 1
     assert m.value("stallwatch_gpu_up", **g0) == 1
@@ -47,8 +54,9 @@ def test_values_round_trip_with_units(daemon_factory):
     assert m.value("stallwatch_gpu_power_limit_watts", **g0) == 700
     assert m.value("stallwatch_gpu_sm_clock_hertz", **g0) == 1.98e9
     assert m.value("stallwatch_gpu_memory_clock_hertz", **g0) == 2.619e9
-    assert m.value("stallwatch_gpu_pcie_transmit_bytes_per_second", **g0) == 1000 * 1024
-    assert m.value("stallwatch_gpu_pcie_receive_bytes_per_second", **g0) == 2000 * 1024
+    # The counters' growth over the driver's own timestamps (microseconds apart).
+    assert m.value("stallwatch_gpu_pcie_transmit_bytes_per_second", **g0) == pytest.approx(1000 * 1024, rel=1e-3)
+    assert m.value("stallwatch_gpu_pcie_receive_bytes_per_second", **g0) == pytest.approx(2000 * 1024, rel=1e-3)
     assert m.value("stallwatch_gpu_clock_event_active", reason="sw_power_cap", **g0) == 1
     assert m.value("stallwatch_gpu_clock_event_active", reason="hw_thermal_slowdown", **g0) == 1
     assert m.value("stallwatch_gpu_clock_event_active", reason="gpu_idle", **g0) == 0

@@ -40,6 +40,13 @@ pub struct Snapshot {
     pub own_cost: crate::cost::OwnCost,
 }
 
+impl Snapshot {
+    /// Some GPU data was not refreshed: the whole reading, or one GPU's.
+    pub fn any_gpu_stale(&self) -> bool {
+        self.gpu_stale || self.gpus.iter().any(|g| g.stale)
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct GpuSnapshot {
     pub index: u32,

@@ -50,7 +50,7 @@ pub fn check(latest: Option<&Latest>, interval: Duration, now: Instant) -> Healt
             )
         }),
         last_sample_age_seconds: Some(age.as_secs_f64()),
-        nvml: crate::api::status::nvml_state(s.nvml_up, s.gpu_stale),
+        nvml: crate::api::status::nvml_state(s.nvml_up, s.any_gpu_stale()),
         gpus: s.gpus.len(),
         jobs: s.jobs.len(),
     }

@@ -61,7 +61,7 @@ pub async fn status(State(state): State<AppState>) -> Response {
     };
     Json(StatusResponse {
         time: latest.snapshot.timestamp_seconds,
-        nvml: nvml_state(latest.snapshot.nvml_up, latest.snapshot.gpu_stale).to_owned(),
+        nvml: nvml_state(latest.snapshot.nvml_up, latest.snapshot.any_gpu_stale()).to_owned(),
         gpus: latest.diagnosis.as_ref().clone(),
         privileges: Some(latest.privileges.as_ref().clone()),
         kubernetes: latest.snapshot.kubernetes.clone(),

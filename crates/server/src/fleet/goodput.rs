@@ -31,6 +31,7 @@ pub const WAITING_FOR_PEERS: &str = "waiting_for_peers";
 
 const PRODUCTIVE: &str = "productive";
 const NO_JOB: &str = "no_job";
+const IDLE: &str = "idle";
 
 /// What the answer is grouped by (`--by`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -124,6 +125,9 @@ pub struct Group {
     pub gpu_hours: f64,
     /// Neither productive nor `no_job`.
     pub lost_gpu_hours: f64,
+    /// Booked `idle`: a job held the GPU, it idled and no stall kind or phase
+    /// explains it (part of the lost GPU-hours; 0 when none).
+    pub idle_gpu_hours: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub goodput: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -177,12 +181,13 @@ impl Ledger {
         *self.0.entry((state.to_owned(), cause)).or_default() += seconds;
     }
 
+    /// A state's GPU-seconds: 0.0 when it has none (an empty `sum()` of
+    /// floats is -0.0, which the table would print as `-0.0`).
     fn of(&self, state: &str) -> f64 {
         self.0
             .iter()
             .filter(|((s, _), _)| s == state)
-            .map(|(_, v)| v)
-            .sum()
+            .fold(0.0, |sum, (_, v)| sum + v)
     }
 
     fn total(&self) -> f64 {
@@ -297,6 +302,7 @@ pub fn goodput(a: &Answers) -> Option<Goodput> {
             Group {
                 gpu_hours: l.total() / 3600.0,
                 lost_gpu_hours: l.lost() / 3600.0,
+                idle_gpu_hours: l.of(IDLE) / 3600.0,
                 goodput,
                 ettr,
                 main_lost: l.main_lost(),
@@ -354,7 +360,7 @@ fn hours(v: f64) -> String {
 }
 
 /// The answer as text: the fleet's line, its states, then the groups that
-/// lost the most.
+/// lost the most, each with its idle GPU-hours (part of its lost ones).
 pub fn render(g: &Goodput) -> String {
     let mut out = String::new();
     let range_hours = g.range_seconds.div_ceil(3600);
@@ -430,10 +436,11 @@ pub fn render(g: &Goodput) -> String {
     let run = g.by == By::Run;
     let _ = write!(
         out,
-        "{:<nw$}  {:>10}  {:>10}  {:>8}  {:>8}",
+        "{:<nw$}  {:>10}  {:>10}  {:>10}  {:>8}  {:>8}",
         label.to_uppercase(),
         "GPU-HOURS",
         "LOST",
+        "IDLE",
         "GOODPUT",
         "ETTR"
     );
@@ -444,10 +451,11 @@ pub fn render(g: &Goodput) -> String {
     for x in &g.groups {
         let _ = write!(
             out,
-            "{:<nw$}  {:>10}  {:>10}  {:>8}  {:>8}",
+            "{:<nw$}  {:>10}  {:>10}  {:>10}  {:>8}  {:>8}",
             name(x),
             hours(x.gpu_hours),
             hours(x.lost_gpu_hours),
+            hours(x.idle_gpu_hours),
             percent(x.goodput),
             percent(x.ettr)
         );

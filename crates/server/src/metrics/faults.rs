@@ -56,7 +56,7 @@ pub fn encode(e: &mut DescriptorEncoder, s: &Snapshot) -> Result<(), std::fmt::E
     } else {
         s.gpus
             .iter()
-            .filter(|g| g.up)
+            .filter(|g| g.up && !g.stale)
             .filter_map(|g| Some((g, g.health.as_ref()?)))
             .collect()
     };

@@ -26,9 +26,9 @@ pub fn encode(
     gauge(
         e,
         "stallwatch_nvml_stale",
-        "1 when the latest NVML reading did not return within gpu.timeout; GPU measurements are then left out.",
+        "1 when the latest NVML reading, or one GPU's, did not return in time; the measurements of the GPUs it holds back are then left out.",
         None,
-        no_labels(f64::from(u8::from(s.gpu_stale))),
+        no_labels(f64::from(u8::from(s.any_gpu_stale()))),
     )?;
     if s.nvml_up {
         gauge(
@@ -78,7 +78,7 @@ pub fn encode(
     let live: Vec<&GpuSnapshot> = if s.gpu_stale {
         Vec::new()
     } else {
-        s.gpus.iter().filter(|g| g.up).collect()
+        s.gpus.iter().filter(|g| g.up && !g.stale).collect()
     };
     measurements(e, &live)?;
     super::gpm::encode(e, &live)?;

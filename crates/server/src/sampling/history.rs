@@ -127,7 +127,7 @@ impl History {
             }
             let utilization = g
                 .utilization_ratio
-                .filter(|_| fresh && g.up)
+                .filter(|_| fresh && g.up && !g.stale)
                 .map_or(f32::NAN, |u| u as f32);
             let busiest = s
                 .jobs

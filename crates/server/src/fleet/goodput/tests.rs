@@ -219,10 +219,87 @@ fn the_table() {
     let alice = lines.iter().find(|l| l.starts_with("alice")).unwrap();
     assert_eq!(
         *alice,
-        "alice       300.0        12.0     96.0%     96.0%  checkpointing (12.0 GPU-hours)"
+        "alice       300.0        12.0         0.0     96.0%     96.0%  checkpointing (12.0 GPU-hours)"
     );
     assert!(
         text.find("\nalice").unwrap() < text.find("\nbob").unwrap(),
+        "{text}"
+    );
+}
+
+#[test]
+fn each_group_shows_its_idle_gpu_hours() {
+    let time = [
+        ns("team-a", "productive", 50.0),
+        ns("team-a", "idle", 30.0),
+        ns("team-a", "input", 20.0),
+        ns("team-b", "productive", 90.0),
+        ns("team-b", "hung", 10.0),
+        sample(&[("state", "no_job")], 40.0),
+    ];
+    let g = goodput(&answers(By::Namespace, &time, &[], 10)).unwrap();
+    let idle: Vec<(Option<&str>, f64)> = g
+        .groups
+        .iter()
+        .map(|x| (x.name.as_deref(), x.idle_gpu_hours))
+        .collect();
+    assert_eq!(
+        idle,
+        [(Some("team-a"), 30.0), (Some("team-b"), 0.0), (None, 0.0)]
+    );
+    // Idle is part of what a group lost, and it is what team-a lost most to.
+    let a = &g.groups[0];
+    assert!(close(a.lost_gpu_hours, 50.0));
+    assert_eq!(a.main_lost.as_ref().unwrap().state, "idle");
+
+    // In --json, beside goodput, at zero too.
+    let json: serde_json::Value = serde_json::to_value(&g).unwrap();
+    let groups = json["groups"].as_array().unwrap();
+    assert_eq!(groups[0]["idle_gpu_hours"], 30.0);
+    assert_eq!(groups[1]["idle_gpu_hours"].to_string(), "0.0");
+    assert!(groups.iter().all(|x| x.get("idle_gpu_hours").is_some()));
+
+    // In the table, a column beside the lost GPU-hours and goodput.
+    let text = render(&g);
+    let lines: Vec<&str> = text.lines().collect();
+    let head = lines.iter().find(|l| l.starts_with("NAMESPACE")).unwrap();
+    assert_eq!(
+        *head,
+        "NAMESPACE        GPU-HOURS        LOST        IDLE   GOODPUT      ETTR  MAIN LOST STATE"
+    );
+    let a = lines.iter().find(|l| l.starts_with("team-a")).unwrap();
+    assert_eq!(
+        *a,
+        "team-a               100.0        50.0        30.0     50.0%     50.0%  idle (30.0 GPU-hours)"
+    );
+    let b = lines.iter().find(|l| l.starts_with("team-b")).unwrap();
+    assert_eq!(
+        b.split_whitespace().collect::<Vec<_>>()[..5],
+        ["team-b", "100.0", "10.0", "0.0", "90.0%"]
+    );
+}
+
+#[test]
+fn runs_show_their_idle_gpu_hours_beside_lost_progress() {
+    let time = [
+        sample(&[("run", "r1"), ("state", "productive")], 10.0),
+        sample(&[("run", "r1"), ("state", "idle")], 2.5),
+        sample(
+            &[
+                ("run", "r1"),
+                ("state", WAITING_FOR_PEERS),
+                ("cause", "input_bound"),
+            ],
+            4.0,
+        ),
+    ];
+    let g = goodput(&answers(By::Run, &time, &[], 10)).unwrap();
+    // Waiting for peers is not idle: the run rules moved those seconds out of it.
+    assert!(close(g.groups[0].idle_gpu_hours, 2.5));
+    let text = render(&g);
+    let head = text.lines().find(|l| l.starts_with("RUN")).unwrap();
+    assert!(
+        head.contains("LOST        IDLE   GOODPUT      ETTR  LOST PROGRESS"),
         "{text}"
     );
 }
