@@ -18,6 +18,10 @@ FIXTURE_PROC = HERE / "fixtures" / "proc"
 # Values that depend on the clock, not on the inputs.
 VOLATILE = (
     "stallwatch_sample_duration_seconds",
+    "stallwatch_nvml_read_duration_seconds",
+    # From the driver's byte counters over the time between two readings.
+    "stallwatch_gpu_pcie_transmit_bytes_per_second",
+    "stallwatch_gpu_pcie_receive_bytes_per_second",
     "stallwatch_last_sample_timestamp_seconds",
     "stallwatch_nvml_last_read_timestamp_seconds",
     "stallwatch_gpu_energy_joules_total",

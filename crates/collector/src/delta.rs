@@ -63,6 +63,7 @@ pub fn derive(prev: Option<(&Sample, &Snapshot)>, cur: &Sample) -> Snapshot {
         nvml_up: cur.gpu.nvml_up,
         gpu_stale: cur.gpu.stale,
         gpu_read_at_seconds: cur.gpu.read_at_seconds,
+        gpu_read_duration_seconds: cur.gpu.read_duration_seconds,
         driver_version: cur.gpu.driver_version.clone(),
         gpus: cur.gpu.gpus.iter().map(|g| derive_gpu(g, &comms)).collect(),
         jobs,

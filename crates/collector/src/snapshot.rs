@@ -19,6 +19,9 @@ pub struct Snapshot {
     pub gpu_stale: bool,
     /// Wall-clock time the GPU data was read.
     pub gpu_read_at_seconds: f64,
+    /// How long the sample waited for the GPU data (wall time).
+    #[serde(default)]
+    pub gpu_read_duration_seconds: f64,
     pub driver_version: Option<String>,
     pub gpus: Vec<GpuSnapshot>,
     pub jobs: Vec<JobSnapshot>,

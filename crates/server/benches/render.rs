@@ -192,6 +192,7 @@ fn sample(tf: f64) -> Sample {
             nvml_up: true,
             stale: false,
             read_at_seconds: 1_700_000_000.0 + tf,
+            read_duration_seconds: 0.001,
             driver_version: Some("550.54.15".into()),
             gpus: (0..GPUS).map(|g| gpu(g, tf)).collect(),
         },

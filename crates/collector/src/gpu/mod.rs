@@ -59,6 +59,13 @@ impl GpuSource {
     /// A fresh reading, or the last one marked stale when NVML did not answer
     /// within the timeout.
     pub fn read(&mut self, now_seconds: f64, errors: &mut ErrorCounts) -> GpuReadout {
+        let started = std::time::Instant::now();
+        let mut readout = self.read_waiting(now_seconds, errors);
+        readout.read_duration_seconds = started.elapsed().as_secs_f64();
+        readout
+    }
+
+    fn read_waiting(&mut self, now_seconds: f64, errors: &mut ErrorCounts) -> GpuReadout {
         if !self.pending {
             if self.requests.send(()).is_err() {
                 // The worker is gone (it cannot be restarted): report no NVML.

@@ -198,6 +198,7 @@ impl Worker {
             nvml_up: true,
             stale: false,
             read_at_seconds: 0.0,
+            read_duration_seconds: 0.0,
             driver_version: self.driver_version.clone(),
             gpus,
         }

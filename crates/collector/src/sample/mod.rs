@@ -42,6 +42,10 @@ pub struct GpuReadout {
     pub stale: bool,
     /// Wall-clock time the GPU data below was read, seconds since the epoch.
     pub read_at_seconds: f64,
+    /// How long the sample waited for this reading (wall time): every GPU's
+    /// calls, on their threads side by side.
+    #[serde(default)]
+    pub read_duration_seconds: f64,
     pub driver_version: Option<String>,
     pub gpus: Vec<GpuSample>,
 }

@@ -201,6 +201,13 @@ fn own(e: &mut DescriptorEncoder, s: &Snapshot) -> Result<(), std::fmt::Error> {
     )?;
     gauge(
         e,
+        "stallwatch_nvml_read_duration",
+        "How long the latest sample waited for its NVML reading (every GPU read side by side).",
+        Some(&Unit::Seconds),
+        no_labels(s.gpu_read_duration_seconds),
+    )?;
+    gauge(
+        e,
         "stallwatch_last_sample_timestamp",
         "When the latest sample was taken, as a Unix time.",
         Some(&Unit::Seconds),
