@@ -27,9 +27,6 @@ use crate::error::CollectError;
 use crate::sample::{ErrorCounts, ErrorSource, GpuReadout};
 pub use options::GpuOptions;
 
-/// The most GPUs read (each has a thread of its own).
-const MAX_GPUS: usize = 256;
-
 pub struct GpuSource {
     requests: SyncSender<()>,
     replies: Receiver<(GpuReadout, ErrorCounts)>,

@@ -16,6 +16,9 @@ use crate::sample::{ErrorCounts, ErrorSource, GpuReadout, GpuSample};
 
 const FIRST_RETRY: Duration = Duration::from_secs(1);
 
+/// The most GPUs read (each has a thread of its own).
+const MAX_GPUS: usize = 256;
+
 /// The part of `gpu.timeout` the GPUs' threads have to answer in: the rest
 /// is for the device count and handing the reading over.
 const DEVICE_BUDGET_SHARE: f64 = 0.8;
@@ -51,7 +54,7 @@ pub fn run(
     requests: Receiver<()>,
     replies: SyncSender<(GpuReadout, ErrorCounts)>,
 ) {
-    let (reply_tx, reply_rx) = mpsc::sync_channel(super::MAX_GPUS);
+    let (reply_tx, reply_rx) = mpsc::sync_channel(MAX_GPUS);
     let mut worker = Worker {
         options,
         nvml: None,
@@ -126,7 +129,7 @@ impl Worker {
             return GpuReadout::default();
         };
         let count = match nvml.device_count() {
-            Ok(n) => (n as usize).min(super::MAX_GPUS),
+            Ok(n) => (n as usize).min(MAX_GPUS),
             Err(err) => {
                 tracing::warn!(error = %err, "NVML device count failed; will initialise again");
                 errors.add(ErrorSource::Nvml);
