@@ -97,11 +97,22 @@ pub struct ProcessActivity {
 }
 
 impl ProcessActivity {
-    pub fn observe(&mut self, t: f64, processes: &[crate::frame::ProcessFrame]) {
+    /// Feeds the processes on `gpu`. A process with no reading of its own
+    /// counts as active where nothing says it idles: on a GPU with no
+    /// activity reading at all (an A100's MIG instance), and on a MIG
+    /// instance whose SMs work (NVML reports no per-process use on an
+    /// instance; the instance's activity is its processes').
+    pub fn observe(&mut self, t: f64, gpu: &crate::frame::GpuFrame) {
+        let unread = if !gpu.measured() {
+            true
+        } else {
+            gpu.mig && gpu.utilization.or(gpu.sm_active).is_some_and(|u| u > 0.0)
+        };
+        let processes = &gpu.processes;
         let mut next = HashMap::with_capacity(processes.len());
         for p in processes {
             let (first, mut last_active) = self.procs.get(&p.pid).copied().unwrap_or((t, t));
-            if p.sm_utilization.is_some_and(|u| u > 0.0) {
+            if p.sm_utilization.map_or(unread, |u| u > 0.0) {
                 last_active = t;
             }
             next.insert(p.pid, (first, last_active));

@@ -289,6 +289,43 @@ fn a_process_left_holding_memory_after_its_parent_died_is_a_leftover() {
 }
 
 #[test]
+fn an_orphan_nothing_says_is_idle_is_no_leftover() {
+    // An orphan working on a MIG instance: NVML reports no per-process use
+    // on an instance; an A100's instance has no activity reading at all, an
+    // H100's has its SMs' (busy here).
+    for gpm in [None, Some(0.7)] {
+        let mut run = Run::default();
+        run.feed(0, 700, |t| {
+            let mut j = job(300, 1.0, 0.9);
+            j.ppid = 1;
+            let mut f = frame(t, 0.0, vec![j]);
+            let g = &mut f.gpus[0];
+            (g.utilization, g.sm_active, g.mig) = (None, gpm, true);
+            g.processes[0].sm_utilization = None;
+            f
+        });
+        assert!(
+            !run.kinds().contains(&Kind::LeftoverProcess),
+            "{gpm:?}: {:?}",
+            run.kinds()
+        );
+    }
+    // On an H100 instance whose SMs idle, it is one.
+    let mut run = Run::default();
+    run.feed(0, 700, |t| {
+        let mut j = job(300, 0.0, 0.0);
+        j.ppid = 1;
+        j.threads_running = 0;
+        let mut f = frame(t, 0.0, vec![j]);
+        let g = &mut f.gpus[0];
+        (g.utilization, g.sm_active, g.mig) = (None, Some(0.0), true);
+        g.processes[0].sm_utilization = None;
+        f
+    });
+    assert!(run.kinds().contains(&Kind::LeftoverProcess));
+}
+
+#[test]
 fn a_pid_gone_from_proc_but_holding_memory_is_a_leftover() {
     let mut run = Run::default();
     run.feed(0, 700, |t| Frame {

@@ -204,7 +204,7 @@ fn holders<'f>(
     frame: &'f Frame,
 ) -> Holders<'f> {
     let t = frame.t;
-    state.activity.observe(t, &gpu.processes);
+    state.activity.observe(t, gpu);
     let leftovers = processes::leftovers(config, &state.activity, gpu, frame);
     state.leftover_pids = leftovers.iter().map(|p| p.pid).collect();
     let jobs: Vec<&JobFrame> = frame
