@@ -12,6 +12,8 @@ import pytest
 
 from daemon import gpu, kill_group
 from test_diagnosis import job  # noqa: F401 (job: the spinner fixture)
+from test_prometheus import query
+from test_prometheus_rules import prometheus_with_rules  # noqa: F401 (fixture)
 
 GIB = 2**30
 STATES = ("no_job", "unknown", "startup", "compiling", "checkpointing", "input", "hung",
@@ -45,7 +47,7 @@ def host(working, idle, logging):
         {"gpu_instance_id": 1, "profile": "3g.40gb", "memory_total_bytes": 40 * GIB,
          "gpm": {"sm_util": 0.0}},
         {"gpu_instance_id": 2, "profile": "2g.20gb", "memory_total_bytes": 20 * GIB,
-         "processes": held(idle), "gpm": {"sm_util": 0.0}},
+         "processes": held(idle) if idle else [], "gpm": {"sm_util": 0.0}},
         {"gpu_instance_id": 3, "profile": "1g.10gb", "memory_total_bytes": 10 * GIB,
          "processes": held(working), "gpm": {"sm_util": 85.0}},
     ])
@@ -112,6 +114,42 @@ def test_a_mig_gpu_counts_once_and_unmeasured_time_is_never_productive(
     assert m.value("stallwatch_nvml_read_duration_seconds") < 0.25
     assert m.value("stallwatch_source_errors_total", source="nvml_timeout") == 0
     assert sum(by[i]["time"]["unknown"] for i in range(2, 8)) == 0
+
+
+def test_the_shipped_rules_count_physical_gpus(daemon_factory, prometheus_with_rules, job,  # noqa: F811
+                                               logging_job):
+    """A real Prometheus with the shipped rules: the host's GPU time grows by 8 GPU-seconds a
+    second (not 12: the H100, its 3 instances, the A100 and its instance are 2 GPUs). (No
+    idle job here: an idle run is held up to 5 minutes before it is booked.)"""
+    d = daemon_factory(host(job.pid, None, logging_job.pid)).start()
+    base = prometheus_with_rules(f"127.0.0.1:{d.port}")
+    exprs = {
+        "raw": "sum(rate(stallwatch_gpu_time_seconds_total[20s]))",
+        # The hosts' 5-minute rule (a share: its rate over 5m of a minute's data is a fifth).
+        "rule": 'sum(instance_state:stallwatch_gpu_time_seconds:rate5m{state="unknown"})'
+                " / sum(instance_state:stallwatch_gpu_time_seconds:rate5m)",
+        "h100": 'sum(rate(stallwatch_gpu_time_seconds_total{gpu=~"0|0/.*"}[20s]))',
+        "a100_unknown": 'sum(rate(stallwatch_gpu_time_seconds_total{gpu="1/1/0",state="unknown"}[20s]))',
+        "productive": 'sum(rate(stallwatch_gpu_time_seconds_total{gpu=~"1|1/.*",state="productive"}[20s]))',
+    }
+    got = {}
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        time.sleep(1)
+        try:
+            got = {k: float(query(base, e)[0]["value"][1]) for k, e in exprs.items()}
+        except (IndexError, OSError, ValueError, KeyError):
+            continue
+        # Past the first samples: every series has its steady rate.
+        # (A start-up's held seconds are booked at once when it ends: a step in the rates.)
+        if abs(got["raw"] - 8) < 0.08 and abs(got["h100"] - 1) < 0.01 and abs(got["rule"] - 4 / 7 / 8) < 0.0007:
+            break
+    assert got.get("raw") == pytest.approx(8, rel=0.01), got
+    assert got.get("rule") == pytest.approx(4 / 7 / 8, rel=0.01), got
+    assert got.get("h100") == pytest.approx(1, rel=0.01), got
+    # The A100's 4g instance, held, nothing to say how busy: 4/7 of a GPU unknown, none productive.
+    assert got.get("a100_unknown") == pytest.approx(4 / 7, rel=0.02), got
+    assert got.get("productive") == 0, got
 
 
 def test_a_wedged_gpu_costs_only_its_own_readings(daemon_factory):
