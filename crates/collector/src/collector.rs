@@ -39,10 +39,19 @@ impl Collector {
     }
 
     /// Reads a job's threads every sample only while it needs it (see
-    /// thread_reads.rs): `busy_above` as the diagnosis's, and the others
-    /// every `every` samples.
-    pub fn with_thread_reads(mut self, busy_above: f64, every: u64) -> Self {
-        self.thread_reads.busy_above = Some(busy_above);
+    /// thread_reads.rs): while a GPU of it reads under `drop_below` (and
+    /// for `hold` samples after) or its recent mean under `mean_below`, and
+    /// the others every `every` samples.
+    pub fn with_thread_reads(
+        mut self,
+        drop_below: f64,
+        mean_below: f64,
+        hold: u64,
+        every: u64,
+    ) -> Self {
+        self.thread_reads.drop_below = Some(drop_below);
+        self.thread_reads.mean_below = mean_below;
+        self.thread_reads.hold = hold;
         self.thread_reads.every = every;
         self.proc.keep_thread_files(every);
         self
@@ -140,8 +149,10 @@ impl Collector {
         gpu: &GpuReadout,
     ) -> Vec<(u32, Option<Reason>)> {
         self.samples += 1;
-        // Stale readings say nothing of now: every job is read.
+        // Stale readings say nothing of now: their GPUs' jobs are read
+        // (and a GPU stale alone reads as nothing in thread_reads.rs).
         let readings = if gpu.stale { &[][..] } else { &gpu.gpus[..] };
+        self.thread_reads.observe(self.samples, readings);
         holders
             .iter()
             .map(|(pid, gpus)| {

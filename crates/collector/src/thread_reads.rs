@@ -1,38 +1,114 @@
 //! Which jobs' threads a sample reads.
 //!
 //! Per-thread CPU and state matter to the diagnosis only while a GPU waits:
-//! the seed's "one core pinned at 100% while the GPU idles". So a job's
-//! per-thread files are read every sample only while one of its GPUs is not
-//! busy (utilization below the diagnosis's `busy_above`, or unknown: NVML
-//! down or stale, a MIG instance, a GPU that reports none), while a stall
-//! kind is pending or active on one of them, or while someone asks for
-//! thread views (the API's status and stacks). Otherwise they are read every
-//! `every` samples (staggered by pid), and between two reads the job's
-//! threads are carried as last read. The decision is taken on the same
-//! sample's GPU readings, so the first sample on which a GPU drops reads its
-//! jobs' threads, and the next gives their rates. A job's processes, their
-//! `stat` and `io`, are read every sample whatever this says.
+//! the seed's "one core pinned at 100% while the GPU idles". The kinds that
+//! read them (`single_thread_bound`, `cpu_saturated`, `io_bound`) refine
+//! `input_starved` and `input_bound`, which start only from a GPU whose
+//! utilization drops (a mean under 10% over a minute) or stays low (a mean
+//! under 50% over two). A healthy GPU reads 85-99% with dips at every input
+//! wait, optimizer step and log line, and none of that can start them. So a
+//! job's per-thread files are read every sample only while one of its GPUs
+//! could start one:
+//! - its latest reading is under `drop_below` (the GPU dropped: read on the
+//!   first sample that shows it, so the pinned thread is named at once), or
+//!   was within the last `hold` samples (the drop goes on; a pause for an
+//!   evaluation or a checkpoint is read through);
+//! - its recent mean (a moving average over about `MEAN_SAMPLES` samples)
+//!   is under `mean_below` (a GPU that swings or stays low);
+//! - nothing says how busy it is (no utilization and no SM activity: NVML
+//!   down or stale, an A100's MIG instance, a GPU that reports neither);
+//!   where there is no utilization, SM activity (GPM, a Hopper MIG
+//!   instance) is the reading;
+//!
+//! and while a stall kind is pending or active on one of them, or someone
+//! asks for thread views (the API's status and stacks). Otherwise they are
+//! read every `every` samples (staggered by pid), and between two reads the
+//! job's threads are carried as last read. A job's processes, their `stat`
+//! and `io`, are read every sample whatever this says.
+
+use std::collections::HashMap;
 
 use crate::sample::GpuSample;
 pub use crate::sample::reads::{Reason, ThreadReadCounts};
 
-/// What decides which jobs' threads are read; set before each sample.
+/// Samples the recent mean of a GPU's reading spans (its weight halves in
+/// about 20 samples).
+pub const MEAN_SAMPLES: f64 = 30.0;
+
+/// What decides which jobs' threads are read; the needs set before each
+/// sample, the GPUs' recent readings kept across samples.
 #[derive(Debug, Clone, Default)]
 pub struct ThreadReads {
-    /// Utilization (0 to 1) at or above which a GPU is busy; `None` reads
-    /// every job's threads every sample.
-    pub busy_above: Option<f64>,
+    /// A reading under this is a drop; `None` reads every job's threads
+    /// every sample.
+    pub drop_below: Option<f64>,
+    /// A recent mean under this could start a kind.
+    pub mean_below: f64,
+    /// Samples a drop is read through after its last low reading.
+    pub hold: u64,
     /// Samples between two reads of a busy job's threads (0 or 1: every one).
     pub every: u64,
     /// GPUs a stall kind is pending or active on.
     pub watched: Vec<u32>,
     /// Someone asks for thread views.
     pub asked: bool,
+    /// Each GPU's recent readings, by index.
+    gpus: HashMap<u32, Recent>,
+}
+
+/// A GPU's recent readings.
+#[derive(Debug, Clone, Copy)]
+struct Recent {
+    /// A moving average of its readings.
+    mean: f64,
+    /// The last sample whose reading was a drop.
+    dropped_at: Option<u64>,
+    /// The sample it was last read in.
+    seen_at: u64,
+}
+
+/// How busy a GPU reads: utilization, or SM activity where there is none;
+/// `None` when nothing says (or the GPU does not answer, or its reading is
+/// its last one).
+fn reading(g: &GpuSample) -> Option<f64> {
+    let sm_active = || g.gpm.as_ref().and_then(|m| m.sm_active_ratio);
+    (g.up && !g.stale)
+        .then(|| g.utilization_ratio.or_else(sm_active))
+        .flatten()
+        .filter(|r| r.is_finite())
 }
 
 impl ThreadReads {
+    /// Takes the `sample`-th sample's GPU readings (fresh ones only).
+    pub fn observe(&mut self, sample: u64, readings: &[GpuSample]) {
+        let Some(drop_below) = self.drop_below else {
+            return;
+        };
+        for g in readings {
+            let Some(now) = reading(g) else {
+                self.gpus.remove(&g.index);
+                continue;
+            };
+            let recent = self.gpus.entry(g.index).or_insert(Recent {
+                mean: now,
+                dropped_at: None,
+                seen_at: sample,
+            });
+            recent.mean += (now - recent.mean) / MEAN_SAMPLES;
+            recent.seen_at = sample;
+            if now < drop_below {
+                recent.dropped_at = Some(sample);
+            }
+        }
+        // GPUs gone from the readings for long are forgotten.
+        let horizon = MEAN_SAMPLES as u64 * 4;
+        self.gpus
+            .retain(|_, r| sample.saturating_sub(r.seen_at) <= horizon);
+    }
+
     /// Why the job of `pid` on `gpus` is read this sample (the `sample`-th),
-    /// or `None` when its threads are carried.
+    /// or `None` when its threads are carried. `readings` are this sample's
+    /// fresh GPU readings, already observed.
     pub fn reason(
         &self,
         sample: u64,
@@ -40,21 +116,28 @@ impl ThreadReads {
         gpus: &[u32],
         readings: &[GpuSample],
     ) -> Option<Reason> {
-        let Some(busy_above) = self.busy_above.filter(|_| self.every > 1) else {
+        if self.drop_below.is_none() || self.every <= 1 {
             return Some(Reason::Always);
-        };
+        }
         if self.asked {
             return Some(Reason::Asked);
         }
         if gpus.iter().any(|g| self.watched.contains(g)) {
             return Some(Reason::Finding);
         }
-        let busy = |index: &u32| {
-            readings.iter().any(|g| {
-                g.index == *index && g.up && g.utilization_ratio.is_some_and(|u| u >= busy_above)
-            })
+        let quiet = |index: &u32| {
+            let read_now = readings
+                .iter()
+                .any(|g| g.index == *index && reading(g).is_some());
+            let Some(recent) = self.gpus.get(index).filter(|_| read_now) else {
+                return false;
+            };
+            let dropped = recent
+                .dropped_at
+                .is_some_and(|at| sample.saturating_sub(at) <= self.hold);
+            !dropped && recent.mean >= self.mean_below
         };
-        if gpus.is_empty() || !gpus.iter().all(busy) {
+        if gpus.is_empty() || !gpus.iter().all(quiet) {
             return Some(Reason::NotBusy);
         }
         (sample + u64::from(pid))
@@ -76,55 +159,148 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_job_on_busy_gpus_is_read_at_the_slow_cadence_and_any_other_every_sample() {
-        let policy = ThreadReads {
-            busy_above: Some(0.95),
+    fn policy() -> ThreadReads {
+        ThreadReads {
+            drop_below: Some(0.1),
+            mean_below: 0.6,
+            hold: 5,
             every: 15,
-            watched: vec![3],
-            asked: false,
-        };
-        let gpus = [
-            gpu(0, Some(1.0)),
-            gpu(1, Some(0.96)),
-            gpu(2, Some(0.5)),
-            gpu(3, Some(1.0)),
-            gpu(4, None),
-        ];
-        let reads = |pid: u32, on: &[u32]| {
-            (0..30)
-                .map(|s| policy.reason(s, pid, on, &gpus))
-                .collect::<Vec<_>>()
-        };
-        let busy = reads(7, &[0, 1]);
-        assert_eq!(busy.iter().filter(|r| r.is_some()).count(), 2);
-        assert_eq!(busy[8], Some(Reason::Cadence), "staggered by pid");
+            ..ThreadReads::default()
+        }
+    }
+
+    /// The reasons of the job of `pid` on GPU 0 over the readings `util`,
+    /// one a sample, each observed first.
+    fn reads(p: &mut ThreadReads, pid: u32, util: &[Option<f64>]) -> Vec<Option<Reason>> {
+        util.iter()
+            .enumerate()
+            .map(|(s, u)| {
+                let readings = [gpu(0, *u)];
+                p.observe(s as u64, &readings);
+                p.reason(s as u64, pid, &[0], &readings)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_gpu_healthy_with_dips_is_read_at_the_slow_cadence() {
+        // 85-99% with a dip to 40-75% one sample in eight.
+        let healthy: Vec<Option<f64>> = (0..120)
+            .map(|i| {
+                Some(if i % 8 == 7 {
+                    0.4 + 0.05 * f64::from(i % 7)
+                } else {
+                    0.85 + 0.01 * f64::from(i % 15)
+                })
+            })
+            .collect();
+        let mut p = policy();
+        let got = reads(&mut p, 7, &healthy);
+        assert!(got.iter().all(|r| *r != Some(Reason::NotBusy)), "{got:?}");
+        assert_eq!(
+            got.iter().filter(|r| r.is_some()).count(),
+            8,
+            "every 15th sample"
+        );
+        assert_eq!(got[8], Some(Reason::Cadence), "staggered by pid");
+    }
+
+    #[test]
+    fn a_drop_is_read_at_once_and_through_its_hold() {
+        let mut util = vec![Some(0.95); 40];
+        util.extend([Some(0.0); 3]);
+        util.extend([Some(0.95); 10]);
+        let got = reads(&mut policy(), 7, &util);
+        assert_eq!(
+            got[40],
+            Some(Reason::NotBusy),
+            "the first sample of the drop"
+        );
         assert!(
-            reads(7, &[0, 2])
+            got[40..48].iter().all(|r| *r == Some(Reason::NotBusy)),
+            "{got:?}"
+        );
+        assert!(
+            got[48..].iter().all(|r| *r != Some(Reason::NotBusy)),
+            "{got:?}"
+        );
+    }
+
+    #[test]
+    fn a_gpu_that_stays_low_or_swings_is_read_every_sample() {
+        // Down to 30% and staying: read once the recent mean is under 60%,
+        // well before input_bound's two-minute window could hold.
+        let mut util = vec![Some(0.9); 60];
+        util.extend([Some(0.3); 60]);
+        let got = reads(&mut policy(), 7, &util);
+        let first = got[60..]
+            .iter()
+            .position(|r| *r == Some(Reason::NotBusy))
+            .unwrap();
+        assert!((15..30).contains(&first), "after {first} samples");
+        assert!(
+            got[60 + first..]
                 .iter()
                 .all(|r| *r == Some(Reason::NotBusy))
         );
-        assert!(reads(7, &[4]).iter().all(|r| *r == Some(Reason::NotBusy)));
+        // Swinging 20-60% from the start.
+        let swing: Vec<Option<f64>> = (0..30)
+            .map(|i| Some(if i % 2 == 0 { 0.2 } else { 0.6 }))
+            .collect();
         assert!(
-            reads(7, &[9]).iter().all(|r| *r == Some(Reason::NotBusy)),
+            reads(&mut policy(), 7, &swing)
+                .iter()
+                .all(|r| *r == Some(Reason::NotBusy))
+        );
+    }
+
+    #[test]
+    fn sm_activity_stands_in_for_utilization_and_nothing_is_read_every_sample() {
+        let mut p = policy();
+        let mig = |sm: Option<f64>| GpuSample {
+            gpm: Some(crate::sample::GpmReading {
+                sm_active_ratio: sm,
+                ..Default::default()
+            }),
+            ..gpu(0, None)
+        };
+        for s in 0..30 {
+            let readings = [mig(Some(0.9))];
+            p.observe(s, &readings);
+            if s > 0 {
+                assert_ne!(p.reason(s, 7, &[0], &readings), Some(Reason::NotBusy));
+            }
+        }
+        // No utilization, no SM activity: nothing says it is busy.
+        let readings = [mig(None)];
+        p.observe(30, &readings);
+        assert_eq!(p.reason(30, 7, &[0], &readings), Some(Reason::NotBusy));
+    }
+
+    #[test]
+    fn findings_asks_down_gpus_and_the_switch_come_first() {
+        let mut p = ThreadReads {
+            watched: vec![3],
+            ..policy()
+        };
+        let gpus = [gpu(0, Some(1.0)), gpu(3, Some(1.0))];
+        p.observe(1, &gpus);
+        assert_eq!(p.reason(1, 7, &[0, 3], &gpus), Some(Reason::Finding));
+        assert_eq!(
+            p.reason(1, 7, &[9], &gpus),
+            Some(Reason::NotBusy),
             "a GPU not read"
         );
-        assert!(
-            reads(7, &[0, 3])
-                .iter()
-                .all(|r| *r == Some(Reason::Finding))
-        );
-
         let mut down = gpus.clone();
         down[0].up = false;
-        assert_eq!(policy.reason(1, 7, &[0], &down), Some(Reason::NotBusy));
-
-        let asked = ThreadReads {
-            asked: true,
-            ..policy.clone()
+        p.observe(2, &down);
+        assert_eq!(p.reason(2, 7, &[0], &down), Some(Reason::NotBusy));
+        p.asked = true;
+        assert_eq!(p.reason(2, 7, &[0], &gpus), Some(Reason::Asked));
+        let off = ThreadReads {
+            every: 1,
+            ..policy()
         };
-        assert_eq!(asked.reason(1, 7, &[0], &gpus), Some(Reason::Asked));
-        let off = ThreadReads { every: 1, ..policy };
         assert_eq!(off.reason(1, 7, &[0], &gpus), Some(Reason::Always));
         assert_eq!(
             ThreadReads::default().reason(1, 7, &[0], &gpus),

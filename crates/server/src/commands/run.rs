@@ -12,6 +12,9 @@ use collector::gpu::GpuOptions;
 use diagnosis::Engine;
 use tokio::sync::watch;
 
+/// Samples a GPU's drop is read through after its last low reading.
+const THREAD_READ_HOLD_SAMPLES: u64 = 5;
+
 use crate::api::router;
 use crate::api::state::AppState;
 use crate::cli::RunArgs;
@@ -105,7 +108,17 @@ fn serve(config: Config, web: WebConfig, record_frames: Option<PathBuf>) -> anyh
         .map(|c| config.identity.apply(c))
         .map(|c| {
             let every = config.sampling.busy_threads_every();
-            c.with_thread_reads(config.diagnosis.busy_above, every)
+            let d = &config.diagnosis;
+            // Read a GPU's jobs' threads every sample from the readings that
+            // could start the kinds that use them (thread_reads.rs): a drop
+            // under input_starved's mean, a recent mean under input_bound's
+            // exit.
+            c.with_thread_reads(
+                d.input_starved.max_mean,
+                d.input_bound.exit_mean,
+                THREAD_READ_HOLD_SAMPLES,
+                every,
+            )
         })
         .and_then(|c| config.kubernetes.apply(c))
         .context("cannot start the collector")?;
