@@ -14,6 +14,7 @@ import gzip
 import http.client
 import itertools
 import os
+import random
 import re
 import signal
 import socket
@@ -384,6 +385,42 @@ def scenario(leaders, state=None):
         "driver_version": "550.54.15",
         "gpus": [gpu(i, leaders[i::GPUS], states[i]) for i in range(GPUS)],
     }
+
+
+class Healthy:
+    """GPUs as healthy training reads them: each GPU around its own mean of 85-99% busy, a dip
+    to 40-75% about one sample in eight (an input wait, an optimizer step, a log line), and
+    every 150-300 s a stretch of 20-60 s at 0% (an evaluation, a checkpoint), each GPU at its
+    own phase. Seeded: the same walk every run."""
+
+    def __init__(self, gpus, seed=44):
+        self.rng = random.Random(seed)
+        self.means = [self.rng.uniform(0.85, 0.99) for _ in range(gpus)]
+        # (period, start of the idle stretch in it, its length), seconds.
+        self.pauses = []
+        for _ in range(gpus):
+            period = self.rng.uniform(150, 300)
+            self.pauses.append((period, self.rng.uniform(0, period), self.rng.uniform(20, 60)))
+
+    def utilization(self, gpu, t):
+        period, start, length = self.pauses[gpu]
+        if (t - start) % period < length:
+            return 0.0
+        if self.rng.random() < 1 / 8:
+            return self.rng.uniform(0.40, 0.75)
+        mean = self.means[gpu]
+        return min(0.99, max(0.85, self.rng.gauss(mean, 0.02)))
+
+    def scenario(self, leaders, t):
+        """The stand-in scenario at `t` seconds into the walk."""
+        s = scenario(leaders, "busy")
+        for i, g in enumerate(s["gpus"]):
+            u = self.utilization(i, t)
+            g["utilization_gpu"] = round(100 * u)
+            g["power_mw"] = round(90000 + 510000 * u)
+            for p in g["processes"]:
+                p["sm_util"] = round(95 * u)
+        return s
 
 
 JOB_MARK = "stallwatch-bench-job-"  # + a number, last on each leader's command line

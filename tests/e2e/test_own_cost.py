@@ -5,6 +5,8 @@ scrape between two samples the same bytes."""
 
 import gzip
 import json
+import random
+import threading
 import time
 
 from daemon import gpu
@@ -64,6 +66,49 @@ def test_a_busy_jobs_threads_are_read_at_the_slow_cadence_until_its_gpu_waits(da
     s = wait_status(d, lambda s: {"single_thread_bound", "cpu_saturated"} & set(active(s)), what="refinement")
     refinement = next(a for k, a in active(s).items() if k in ("single_thread_bound", "cpu_saturated"))
     assert refinement["evidence"]["top_threads"][0]["name"] == "spinner"
+
+
+def test_a_healthy_gpu_at_85_to_99_percent_with_dips_is_read_at_the_slow_cadence(daemon_factory, job):
+    """Utilization as a healthy training job's reads: 85-99%, a dip to 40-75% about one sample
+    in eight, changed every quarter second (the sample interval). No kind that reads threads
+    can start from that: the job's threads are read at the slow cadence; then the GPU drops
+    to 0 and the spinner is named within a couple of samples."""
+    d = daemon_factory(scenario(job.pid, 95), config=FAST, sampling='busy_threads_interval = "2s"\n').start()
+    stop = threading.Event()
+    rng = random.Random(7)
+
+    def wander():
+        while not stop.is_set():
+            util = rng.randint(40, 75) if rng.random() < 1 / 8 else rng.randint(85, 99)
+            d.set_scenario(scenario(job.pid, util))
+            stop.wait(0.25)
+
+    walker = threading.Thread(target=wander, daemon=True)
+    walker.start()
+    try:
+        time.sleep(3)
+        m0 = d.metrics()
+        time.sleep(8)
+        m1 = d.metrics()
+    finally:
+        stop.set()
+        walker.join()
+    samples = (m1.value("stallwatch_last_sample_timestamp_seconds") - m0.value("stallwatch_last_sample_timestamp_seconds")) / 0.25
+    r = delta(reads(m0), reads(m1))
+    assert r["not_busy"] == r["finding"] == r["asked"] == r["always"] == 0, (r, samples)
+    assert 3 <= r["cadence"] <= 5, r
+    assert r["deferred"] >= 0.7 * samples, (r, samples)
+    # It drops to 0 with the spinner pinned: read at once, and named.
+    d.set_scenario(scenario(job.pid, 0))
+    t0 = time.monotonic()
+    d.wait_for(lambda m: reads(m)["not_busy"] > reads(m1)["not_busy"], timeout=2, what="a read on the drop")
+    m = d.wait_for(
+        lambda m: reads(m)["not_busy"] >= reads(m1)["not_busy"] + 2
+        and any(s.value > 0.5 for s in m.find("stallwatch_job_top_thread_cpu_ratio", pid=str(job.pid), thread="spinner")),
+        timeout=3, what="the spinner named from reads a sample apart",
+    )
+    assert time.monotonic() - t0 < 3
+    assert m.value("stallwatch_thread_reads_total", reason="not_busy") > 0
 
 
 def test_the_api_thread_view_of_a_busy_job_is_fresh_and_a_scrape_is_the_samples_bytes(daemon_factory, job):
