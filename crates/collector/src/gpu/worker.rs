@@ -147,13 +147,9 @@ impl Worker {
             self.take(reply, round, errors);
         }
         while self.slots.len() < count {
-            let (requests, request_rx) = mpsc::sync_channel(1);
-            let index = self.slots.len() as u32;
-            if let Err(err) = device_thread::spawn(index, request_rx, self.reply_tx.clone()) {
-                tracing::warn!(error = %err, gpu = index, "cannot start a GPU's reading thread");
-                errors.add(ErrorSource::Nvml);
+            let Some(requests) = self.start_thread(self.slots.len(), errors) else {
                 break;
-            }
+            };
             self.slots.push(Slot {
                 requests,
                 pending: false,
@@ -161,15 +157,24 @@ impl Worker {
                 last: None,
             });
         }
-        for slot in self.slots.iter_mut().take(count) {
-            if !slot.pending {
-                let request = Request {
-                    nvml: nvml.clone(),
-                    calls: self.calls,
-                    round,
-                };
-                slot.pending = slot.requests.send(request).is_ok();
+        for i in 0..count.min(self.slots.len()) {
+            if self.slots[i].pending {
+                continue;
             }
+            let request = || Request {
+                nvml: nvml.clone(),
+                calls: self.calls,
+                round,
+            };
+            let mut sent = self.slots[i].requests.send(request()).is_ok();
+            if !sent {
+                // Its thread is gone (it cannot end on its own): another.
+                if let Some(requests) = self.start_thread(i, errors) {
+                    sent = requests.send(request()).is_ok();
+                    self.slots[i].requests = requests;
+                }
+            }
+            self.slots[i].pending = sent;
         }
         self.gather(round, errors);
         // Keep GPUs that fell off (a lost GPU may drop out of the count) so
@@ -204,6 +209,19 @@ impl Worker {
             read_duration_seconds: 0.0,
             driver_version: self.driver_version.clone(),
             gpus,
+        }
+    }
+
+    /// Starts the reading thread of GPU `index`; its request channel.
+    fn start_thread(&self, index: usize, errors: &mut ErrorCounts) -> Option<SyncSender<Request>> {
+        let (requests, request_rx) = mpsc::sync_channel(1);
+        match device_thread::spawn(index as u32, request_rx, self.reply_tx.clone()) {
+            Ok(()) => Some(requests),
+            Err(err) => {
+                tracing::warn!(error = %err, gpu = index, "cannot start a GPU's reading thread");
+                errors.add(ErrorSource::Nvml);
+                None
+            }
         }
     }
 
