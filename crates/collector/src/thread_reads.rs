@@ -9,10 +9,11 @@
 //! wait, optimizer step and log line, and none of that can start them. So a
 //! job's per-thread files are read every sample only while one of its GPUs
 //! could start one:
-//! - its latest reading is under `drop_below` (the GPU dropped: read on the
-//!   first sample that shows it, so the pinned thread is named at once), or
-//!   was within the last `hold` samples (the drop goes on; a pause for an
-//!   evaluation or a checkpoint is read through);
+//! - it dropped under `drop_below` in the last `hold` samples: read from the
+//!   first sample that shows the drop, so the pinned thread is named at
+//!   once; a drop that lasts is then read as its mean says (below): a pause
+//!   for an evaluation or a checkpoint is not read through, as the kinds'
+//!   windows cannot hold until the pause has lasted most of a minute;
 //! - its recent mean (a moving average over about `MEAN_SAMPLES` samples)
 //!   is under `mean_below` (a GPU that swings or stays low);
 //! - nothing says how busy it is (no utilization and no SM activity: NVML
@@ -32,8 +33,9 @@ use crate::sample::GpuSample;
 pub use crate::sample::reads::{Reason, ThreadReadCounts};
 
 /// Samples the recent mean of a GPU's reading spans (its weight halves in
-/// about 20 samples).
-pub const MEAN_SAMPLES: f64 = 30.0;
+/// about 40 samples: `input_starved`'s window is a minute, `input_bound`'s
+/// two).
+pub const MEAN_SAMPLES: f64 = 60.0;
 
 /// What decides which jobs' threads are read; the needs set before each
 /// sample, the GPUs' recent readings kept across samples.
@@ -44,7 +46,7 @@ pub struct ThreadReads {
     pub drop_below: Option<f64>,
     /// A recent mean under this could start a kind.
     pub mean_below: f64,
-    /// Samples a drop is read through after its last low reading.
+    /// Samples a drop is read for from its first low reading.
     pub hold: u64,
     /// Samples between two reads of a busy job's threads (0 or 1: every one).
     pub every: u64,
@@ -61,7 +63,7 @@ pub struct ThreadReads {
 struct Recent {
     /// A moving average of its readings.
     mean: f64,
-    /// The last sample whose reading was a drop.
+    /// The first sample of the run of low readings it is in, if it is.
     dropped_at: Option<u64>,
     /// The sample it was last read in.
     seen_at: u64,
@@ -97,7 +99,9 @@ impl ThreadReads {
             recent.mean += (now - recent.mean) / MEAN_SAMPLES;
             recent.seen_at = sample;
             if now < drop_below {
-                recent.dropped_at = Some(sample);
+                recent.dropped_at.get_or_insert(sample);
+            } else {
+                recent.dropped_at = None;
             }
         }
         // GPUs gone from the readings for long are forgotten.
@@ -206,24 +210,27 @@ mod tests {
     }
 
     #[test]
-    fn a_drop_is_read_at_once_and_through_its_hold() {
+    fn a_drop_is_read_at_once_and_a_pause_as_its_mean_says() {
         let mut util = vec![Some(0.95); 40];
         util.extend([Some(0.0); 3]);
         util.extend([Some(0.95); 10]);
         let got = reads(&mut policy(), 7, &util);
-        assert_eq!(
-            got[40],
-            Some(Reason::NotBusy),
-            "the first sample of the drop"
-        );
-        assert!(
-            got[40..48].iter().all(|r| *r == Some(Reason::NotBusy)),
-            "{got:?}"
-        );
-        assert!(
-            got[48..].iter().all(|r| *r != Some(Reason::NotBusy)),
-            "{got:?}"
-        );
+        let read: Vec<usize> = (0..got.len())
+            .filter(|i| got[*i] == Some(Reason::NotBusy))
+            .collect();
+        assert_eq!(read, [40, 41, 42], "the drop's samples, from its first");
+        // A pause of 40 samples (an evaluation): its first samples, then
+        // again once its mean says a kind's window could hold.
+        let mut util = vec![Some(0.9); 100];
+        util.extend([Some(0.0); 40]);
+        let got = reads(&mut policy(), 7, &util);
+        let read: Vec<usize> = (100..140)
+            .filter(|i| got[*i] == Some(Reason::NotBusy))
+            .collect();
+        assert_eq!(&read[..6], &[100, 101, 102, 103, 104, 105], "{read:?}");
+        let again = read[6];
+        assert!((120..135).contains(&again), "{read:?}");
+        assert!(read[6..].iter().copied().eq(again..140), "{read:?}");
     }
 
     #[test]
@@ -231,13 +238,13 @@ mod tests {
         // Down to 30% and staying: read once the recent mean is under 60%,
         // well before input_bound's two-minute window could hold.
         let mut util = vec![Some(0.9); 60];
-        util.extend([Some(0.3); 60]);
+        util.extend([Some(0.3); 80]);
         let got = reads(&mut policy(), 7, &util);
         let first = got[60..]
             .iter()
             .position(|r| *r == Some(Reason::NotBusy))
             .unwrap();
-        assert!((15..30).contains(&first), "after {first} samples");
+        assert!((30..50).contains(&first), "after {first} samples");
         assert!(
             got[60 + first..]
                 .iter()
