@@ -14,7 +14,9 @@
 //!   once; a drop that lasts is then read as its mean says (below): a pause
 //!   for an evaluation or a checkpoint is not read through, as the kinds'
 //!   windows cannot hold until the pause has lasted most of a minute;
-//! - its recent mean (a moving average over about `MEAN_SAMPLES` samples)
+//! - its recent mean (a moving average over about `MEAN_SAMPLES` samples
+//!   on the way down, `RISE_SAMPLES` on the way up: a GPU back at work after
+//!   a pause is taken as busy again within seconds)
 //!   is under `mean_below` (a GPU that swings or stays low);
 //! - nothing says how busy it is (no utilization and no SM activity: NVML
 //!   down or stale, an A100's MIG instance, a GPU that reports neither);
@@ -36,6 +38,10 @@ pub use crate::sample::reads::{Reason, ThreadReadCounts};
 /// about 40 samples: `input_starved`'s window is a minute, `input_bound`'s
 /// two).
 pub const MEAN_SAMPLES: f64 = 60.0;
+/// Samples the recent mean spans while readings are above it: a GPU that
+/// works again after a 40 s pause stops being read in about 8 samples, not
+/// 35, while a GPU swinging 0-60% keeps a mean under 40%.
+pub const RISE_SAMPLES: f64 = 20.0;
 
 /// What decides which jobs' threads are read; the needs set before each
 /// sample, the GPUs' recent readings kept across samples.
@@ -96,7 +102,12 @@ impl ThreadReads {
                 dropped_at: None,
                 seen_at: sample,
             });
-            recent.mean += (now - recent.mean) / MEAN_SAMPLES;
+            let span = if now > recent.mean {
+                RISE_SAMPLES
+            } else {
+                MEAN_SAMPLES
+            };
+            recent.mean += (now - recent.mean) / span;
             recent.seen_at = sample;
             if now < drop_below {
                 recent.dropped_at.get_or_insert(sample);
@@ -223,7 +234,13 @@ mod tests {
         // again once its mean says a kind's window could hold.
         let mut util = vec![Some(0.9); 100];
         util.extend([Some(0.0); 40]);
+        util.extend([Some(0.9); 30]);
         let got = reads(&mut policy(), 7, &util);
+        // Back at work: taken as busy again within 10 samples.
+        let after: Vec<usize> = (140..170)
+            .filter(|i| got[*i] == Some(Reason::NotBusy))
+            .collect();
+        assert!(after.iter().all(|i| *i < 150), "{after:?}");
         let read: Vec<usize> = (100..140)
             .filter(|i| got[*i] == Some(Reason::NotBusy))
             .collect();

@@ -5,6 +5,7 @@
 mod episodes;
 mod fault;
 mod gpu;
+mod lost;
 mod point;
 mod state;
 
@@ -13,6 +14,7 @@ use std::collections::VecDeque;
 use crate::config::DiagnosisConfig;
 use crate::detect::hint;
 use crate::frame::{Frame, GpuFrame};
+use crate::ledger::{PlaceKey, PlaceLedger};
 use crate::stacks::StackReport;
 use crate::status::{ActiveKind, Event, GpuStatus, KindCounters, Phase};
 use crate::tracking::Progress;
@@ -25,6 +27,8 @@ pub struct Engine {
     progress: Progress,
     events: VecDeque<Event>,
     next_event_id: u64,
+    /// The host's lost seconds by place, over every GPU (capped).
+    places: PlaceLedger,
 }
 
 impl Engine {
@@ -35,6 +39,7 @@ impl Engine {
             progress: Progress::default(),
             events: VecDeque::new(),
             next_event_id: 1,
+            places: PlaceLedger::default(),
         }
     }
 
@@ -68,6 +73,9 @@ impl Engine {
                 let (elapsed, _) = state.step(frame.t);
                 state.book(elapsed, 0.0, None, None);
             }
+        }
+        for state in &mut self.gpus {
+            hand_over(&mut self.places, state, frame.t);
         }
         for event in &mut new_events {
             event.id = self.next_event_id;
@@ -111,6 +119,9 @@ impl Engine {
         if let Some(s) = self.gpu_mut(gpu, uuid) {
             s.confirm.add(report.pid, report.time, report);
             s.phases.add(report.pid, report.time, report.phase);
+            if let Some(phase) = report.phase {
+                s.lost.phase_seen(phase, report);
+            }
         }
     }
 
@@ -146,6 +157,9 @@ impl Engine {
             }
         }
         state.stacks = Some(report.clone());
+        // The seconds that waited for the episode's stacks have a place now.
+        state.lost.settle(Some(&report));
+        hand_over(&mut self.places, state, report.time);
         let uuid = state.uuid.clone();
         let mut amended = Vec::new();
         for event in self.events.iter_mut().rev() {
@@ -217,6 +231,9 @@ impl Engine {
                 last_ended: s.restarts.ended.clone(),
                 share: (s.weight < 1.0).then_some(crate::round::round(s.weight)),
                 no_activity_reading: s.no_activity_reading.map(str::to_owned),
+                lost_by_place: self.places.places(s.index, &s.uuid),
+                lost_unplaced: self.places.unplaced(s.index, &s.uuid),
+                lost_pending_seconds: s.lost.pending_seconds(),
                 kinds: Kind::ALL
                     .iter()
                     .enumerate()
@@ -244,6 +261,29 @@ impl Engine {
             .take(limit)
             .cloned()
             .collect()
+    }
+}
+
+/// Hands a GPU's lost seconds, as placed, to the host's ledger of places.
+fn hand_over(places: &mut PlaceLedger, state: &mut GpuState, t: f64) {
+    for b in state.lost.out.drain(..) {
+        match b.at {
+            Ok(located) => places.book_place(
+                PlaceKey {
+                    gpu: state.index,
+                    uuid: state.uuid.clone(),
+                    state: b.state,
+                    kind: b.kind,
+                    place: located.place,
+                },
+                located.call_seconds,
+                b.seconds,
+                t,
+            ),
+            Err(reason) => {
+                places.book_unplaced(state.index, &state.uuid, b.state, reason, b.seconds)
+            }
+        }
     }
 }
 

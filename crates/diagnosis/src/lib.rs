@@ -6,6 +6,7 @@
 pub mod calls;
 pub mod config;
 pub mod confirm;
+pub mod costliest;
 mod detect;
 pub mod engine;
 pub mod evidence;

@@ -138,6 +138,18 @@ pub struct GpuStatus {
     /// time is then booked `unknown`, never `productive` or `idle`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub no_activity_reading: Option<String>,
+    /// The lost seconds of `time` (input, hung, compiling, checkpointing)
+    /// by the place in the job's code that lost them (docs/goodput.md#by-place),
+    /// most first: the host shows at most `ledger::by_place::PLACES_EXPORTED`
+    /// places over all its GPUs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lost_by_place: Vec<crate::ledger::PlaceLoss>,
+    /// Lost seconds tied to no place, by state and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lost_unplaced: Vec<crate::ledger::UnplacedLoss>,
+    /// Lost seconds of `time` waiting for their episode's first stack read.
+    #[serde(default)]
+    pub lost_pending_seconds: f64,
     /// Counters for every kind.
     pub kinds: BTreeMap<Kind, KindCounters>,
 }

@@ -508,6 +508,9 @@ fn settle(
     };
     if !active(state, Kind::wants_stacks) {
         state.stacks = None;
+        // The episodes ended unread: what waited for their stacks never
+        // gets a place.
+        state.lost.settle(None);
     }
     let verdict = if holders.jobs.is_empty() {
         Verdict::NoJob

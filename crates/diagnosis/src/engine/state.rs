@@ -4,7 +4,8 @@
 use std::collections::VecDeque;
 
 use super::episodes::{Episodes, KINDS};
-use crate::Verdict;
+use super::lost::{Cause, LOST, LostPlaces};
+use crate::{Kind, Verdict};
 
 /// A gap between samples longer than this does not count as stalled or
 /// idle time (the daemon was paused, or GPU data was missing); the ledger
@@ -80,6 +81,8 @@ pub(super) struct GpuState {
     pub(super) weight: f64,
     /// Why the latest fresh frame had no activity reading, if it had none.
     pub(super) no_activity_reading: Option<&'static str>,
+    /// Its lost seconds by the place in the job's code that lost them.
+    pub(super) lost: LostPlaces,
 }
 
 impl GpuState {
@@ -115,6 +118,7 @@ impl GpuState {
             job_time: Vec::new(),
             weight: gpu.weight(),
             no_activity_reading: None,
+            lost: LostPlaces::default(),
         }
     }
 
@@ -167,6 +171,7 @@ impl GpuState {
             }
         }
         let (elapsed, dt) = (elapsed * self.weight, dt * self.weight);
+        let before = self.ledger.ledger;
         let ledgers =
             std::iter::once(&mut self.ledger).chain(self.job_time.iter_mut().map(|(_, b)| b));
         for booker in ledgers {
@@ -175,12 +180,43 @@ impl GpuState {
                 _ => booker.book_unknown(elapsed),
             }
         }
+        self.book_places(&before);
         for job in &mut self.jobs {
             let key = (job.pid, job.start_time.to_bits());
             if let Some((_, b)) = self.job_time.iter().find(|(k, _)| *k == key) {
                 job.time = b.ledger;
             }
         }
+    }
+
+    /// Books the lost seconds the GPU's ledger gained since `before` to
+    /// their causes' places.
+    fn book_places(&mut self, before: &crate::ledger::Ledger) {
+        let deltas = LostPlaces::deltas(before, &self.ledger.ledger);
+        if deltas.iter().all(|d| *d <= 0.0) {
+            return;
+        }
+        let active: Vec<Kind> = Kind::ALL
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| self.episodes[*i].is_active())
+            .map(|(_, k)| k)
+            .collect();
+        let causes: Vec<Cause> = LOST
+            .into_iter()
+            .zip(deltas)
+            .map(|(state, d)| {
+                if d > 0.0 {
+                    self.lost.cause(state, &active, self.stacks.as_ref())
+                } else {
+                    Cause {
+                        kind: state.as_str(),
+                        at: None,
+                    }
+                }
+            })
+            .collect();
+        self.lost.book(deltas, &causes, self.last_t.unwrap_or(0.0));
     }
 
     pub(super) fn set_verdict(&mut self, verdict: Verdict, t: f64) {

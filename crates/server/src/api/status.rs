@@ -5,6 +5,7 @@ use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Json, Response};
 use collector::privileges::Privileges;
 use collector::sample::kubernetes::KubernetesState;
+use diagnosis::costliest::{HostPlace, HostUnplaced};
 use diagnosis::{Event, GpuStatus};
 use serde::{Deserialize, Serialize};
 
@@ -29,6 +30,13 @@ pub struct StatusResponse {
     /// when no kubelet is asked (`kubernetes.pod_resources_socket` empty).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubernetes: Option<KubernetesState>,
+    /// The places in the jobs' code this host's GPUs lost time to, most
+    /// first, with the fix each carries (docs/goodput.md#by-place).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub costliest_lines: Vec<HostPlace>,
+    /// Lost time no place is tied to, by why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lost_unplaced: Vec<HostUnplaced>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -59,8 +67,11 @@ pub async fn status(State(state): State<AppState>) -> Response {
     let Some(latest) = latest else {
         return (StatusCode::SERVICE_UNAVAILABLE, "no sample taken yet\n").into_response();
     };
+    let gpus = latest.diagnosis.as_ref();
     Json(StatusResponse {
         time: latest.snapshot.timestamp_seconds,
+        costliest_lines: diagnosis::costliest::places(gpus),
+        lost_unplaced: diagnosis::costliest::unplaced(gpus),
         nvml: nvml_state(latest.snapshot.nvml_up, latest.snapshot.any_gpu_stale()).to_owned(),
         gpus: latest.diagnosis.as_ref().clone(),
         privileges: Some(latest.privileges.as_ref().clone()),

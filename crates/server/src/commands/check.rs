@@ -187,10 +187,13 @@ pub fn main(args: CheckArgs) -> ExitCode {
     let own = cost::reading();
     let watched = started.elapsed().as_secs_f64();
     let (time, up, stale) = last.unwrap_or_default();
+    let gpus = engine.status();
     let status = StatusResponse {
         time,
         nvml: nvml_state(up, stale).to_owned(),
-        gpus: engine.status(),
+        costliest_lines: diagnosis::costliest::places(&gpus),
+        lost_unplaced: diagnosis::costliest::unplaced(&gpus),
+        gpus,
         privileges: Some(privileges),
         kubernetes: prev.as_ref().and_then(|(_, s)| s.kubernetes.clone()),
     };

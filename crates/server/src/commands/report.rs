@@ -350,12 +350,91 @@ pub fn render(status: &StatusResponse, events: &[Event]) -> String {
             let _ = writeln!(out, "  {line}");
         }
     }
+    for line in costliest_lines(status) {
+        let _ = writeln!(out, "{line}");
+    }
     if !limited {
         for line in privileges.iter().flatten() {
             let _ = writeln!(out, "{line}");
         }
     }
     out
+}
+
+/// Places listed under "costliest lines".
+const PLACES_LISTED: usize = 10;
+
+/// The places in the jobs' code the host's GPUs lost time to, most first,
+/// each with its fix; then the lost time tied to no place, by why.
+fn costliest_lines(status: &StatusResponse) -> Vec<String> {
+    let places = &status.costliest_lines;
+    if places.is_empty() && status.lost_unplaced.is_empty() {
+        return Vec::new();
+    }
+    let mut out =
+        vec!["Costliest lines on this host (GPU time lost since the daemon started):".to_owned()];
+    for p in places.iter().take(PLACES_LISTED) {
+        let library = if p.place.library.is_empty() {
+            String::new()
+        } else {
+            format!(" -> {}", p.place.library)
+        };
+        let call = p
+            .call_seconds
+            .map(|c| format!(", about {} a call", call_duration(c)))
+            .unwrap_or_default();
+        let gpus = if p.gpus == 1 {
+            String::new()
+        } else {
+            format!(" over {} GPUs", p.gpus)
+        };
+        out.push(format!(
+            "  {:>8} {}{library} ({}, {}{gpus}{call})",
+            duration(p.seconds),
+            p.place.place,
+            p.state.as_str(),
+            p.kind
+        ));
+        out.push(format!("           fix: {}", p.fix));
+    }
+    if places.len() > PLACES_LISTED {
+        let rest: f64 = places[PLACES_LISTED..].iter().map(|p| p.seconds).sum();
+        out.push(format!(
+            "  {:>8} in {} more places",
+            duration(rest),
+            places.len() - PLACES_LISTED
+        ));
+    }
+    for u in &status.lost_unplaced {
+        out.push(format!(
+            "  {:>8} with no place: {}",
+            duration(u.seconds),
+            unplaced_words(u.reason)
+        ));
+    }
+    out
+}
+
+/// `420 ms`, `2.5 s`.
+fn call_duration(seconds: f64) -> String {
+    if seconds < 1.0 {
+        format!("{:.0} ms", seconds * 1000.0)
+    } else {
+        format!("{seconds:.1} s")
+    }
+}
+
+fn unplaced_words(reason: diagnosis::ledger::Unplaced) -> &'static str {
+    use diagnosis::ledger::Unplaced;
+    match reason {
+        Unplaced::NoRead => "no stacks read (the episode ended first, or stacks are off)",
+        Unplaced::NoPermission => "stacks not readable (stallwatch lacks CAP_SYS_PTRACE)",
+        Unplaced::NotPython => "the job is not Python",
+        Unplaced::UnsupportedPython => "a Python the stack reader does not know",
+        Unplaced::NoFrames => "no Python frame in the stacks read",
+        Unplaced::Failed => "the stack read failed or met its budget",
+        Unplaced::OverCap => "places past the host's cap of 32",
+    }
 }
 
 /// Where the GPU's watched time went (docs/goodput.md), largest share
@@ -666,6 +745,8 @@ mod privilege_tests {
             gpus: Vec::new(),
             privileges: Some(Privileges::from_facts(&facts)),
             kubernetes: None,
+            costliest_lines: Vec::new(),
+            lost_unplaced: Vec::new(),
         }
     }
 
@@ -694,5 +775,44 @@ mod privilege_tests {
         let mut old = status(0);
         old.privileges = None; // a daemon from before the report
         assert_eq!(render(&old, &[]), "No GPUs found.\n");
+    }
+
+    #[test]
+    fn the_costliest_lines_are_summed_over_gpus_with_their_fix() {
+        let gpu = |n: u32| {
+            serde_json::json!({
+                "gpu": n, "uuid": format!("GPU-{n}"), "verdict": "stalled", "verdict_since": 0.0,
+                "active": [], "jobs": [], "job_idle_seconds_total": 0.0, "kinds": {},
+                "lost_by_place": [{"state": "input", "kind": "input_starved",
+                                   "place": "load_record (records.py:17)", "library": "json.loads",
+                                   "seconds": 600.0, "call_seconds": 0.42}],
+                "lost_unplaced": [{"state": "hung", "reason": "no_permission", "seconds": 90.0}]
+            })
+        };
+        let gpus: Vec<diagnosis::GpuStatus> =
+            serde_json::from_value(serde_json::json!([gpu(0), gpu(1)])).unwrap();
+        let status = StatusResponse {
+            time: 0.0,
+            nvml: "up".into(),
+            costliest_lines: diagnosis::costliest::places(&gpus),
+            lost_unplaced: diagnosis::costliest::unplaced(&gpus),
+            gpus,
+            privileges: None,
+            kubernetes: None,
+        };
+        let lines = super::costliest_lines(&status);
+        assert_eq!(
+            lines[1],
+            "    20m00s load_record (records.py:17) -> json.loads (input, input_starved over 2 GPUs, about 420 ms a call)"
+        );
+        assert!(
+            lines[2].contains("fix: make this line cheaper"),
+            "{}",
+            lines[2]
+        );
+        assert_eq!(
+            lines[3],
+            "     3m00s with no place: stacks not readable (stallwatch lacks CAP_SYS_PTRACE)"
+        );
     }
 }

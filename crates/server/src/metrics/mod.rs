@@ -11,6 +11,7 @@ mod host;
 mod job;
 mod labels;
 mod own_cost;
+mod places;
 mod verdicts;
 
 use std::ops::Range;
@@ -102,6 +103,7 @@ impl Collector for Part {
                 verdicts::time(e, diagnosis)?;
                 verdicts::lost_progress(e, diagnosis)?;
                 verdicts::phases(e, diagnosis)?;
+                places::encode(e, diagnosis)?;
                 job::encode(e, s, max_processes)?;
                 host::encode(e, &s.host)
             }
@@ -251,6 +253,9 @@ mod tests {
             last_ended: None,
             share: None,
             no_activity_reading: None,
+            lost_by_place: Vec::new(),
+            lost_unplaced: Vec::new(),
+            lost_pending_seconds: 0.0,
             kinds: Kind::ALL
                 .into_iter()
                 .map(|k| (k, KindCounters::default()))

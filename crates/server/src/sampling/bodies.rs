@@ -324,6 +324,9 @@ mod tests {
             last_ended: None,
             share: None,
             no_activity_reading: None,
+            lost_by_place: Vec::new(),
+            lost_unplaced: Vec::new(),
+            lost_pending_seconds: 0.0,
             kinds: Kind::ALL
                 .into_iter()
                 .map(|k| {
