@@ -10,20 +10,10 @@ use crate::commands::check::{EXIT_ERROR, EXIT_FOUND};
 use crate::commands::fleet::client;
 use crate::fleet::goodput::{self, Answers, By};
 use crate::fleet::prometheus::Client;
+use crate::fleet::range::words as range_words;
 
 /// The shortest range: the rules record one sample an hour.
 const SHORTEST: Duration = Duration::from_secs(3600);
-
-/// A range as people write it: `7d`, `36h`, `90m`.
-fn range_words(d: Duration) -> String {
-    let s = d.as_secs();
-    match s {
-        s if s % 86_400 == 0 => format!("{}d", s / 86_400),
-        s if s % 3600 == 0 => format!("{}h", s / 3600),
-        s if s % 60 == 0 => format!("{}m", s / 60),
-        s => format!("{s}s"),
-    }
-}
 
 /// The answer as text or JSON, or None when no hourly series lies in the range.
 fn answer(
@@ -100,18 +90,5 @@ pub fn main(args: GoodputArgs) -> ExitCode {
             eprintln!("stallwatch: {e}");
             ExitCode::from(EXIT_ERROR)
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ranges_read_as_written() {
-        assert_eq!(range_words(Duration::from_secs(7 * 86_400)), "7d");
-        assert_eq!(range_words(Duration::from_secs(36 * 3600)), "36h");
-        assert_eq!(range_words(Duration::from_secs(90 * 60)), "90m");
-        assert_eq!(range_words(Duration::from_secs(3601)), "3601s");
     }
 }
