@@ -287,14 +287,26 @@ HOST_PLACES_1H = "instance_place_library:stallwatch_gpu_lost_seconds_by_place:in
 CALLS_1H = "instance_place_library:stallwatch_gpu_place_call_seconds:last1h"
 LEDGER_1H = "instance:stallwatch_gpu_lost_seconds:increase1h"
 REASONS = ["no_read", "no_permission", "not_python", "unsupported_python", "no_frames", "failed", "over_cap"]
-FUNCTIONS = ["decode_image", "load_sample", "__getitem__", "collate", "augment", "read_shard", "tokenize",
-             "all_reduce", "barrier", "save_state", "load_state", "compile_model", "forward", "step",
-             "prefetch", "resize", "parse_record", "gather"]
-LIBRARIES = ["PIL.Image.open", "numpy.load", "torch.load", "torch.save", "torch.distributed.all_reduce",
-             "torch.distributed.barrier", "cv2.imdecode", "json.loads", "pyarrow.parquet.read_table",
-             "torch._dynamo.optimize", "h5py.File.__getitem__", ""]
-KINDS = ["input_starved", "input_bound", "single_thread_bound", "cpu_saturated", "io_bound",
-         "busy_no_progress", "idle_no_progress", "spinning", "compiling", "checkpointing"]
+# Lines of code that lose GPU time, with the library call under them and the kind they
+# lose it to; the fleet's places are these at different lines.
+TEMPLATES = [
+    ("decode_image", "data", "PIL.Image.open", "input_starved"),
+    ("load_sample", "data", "numpy.load", "io_bound"),
+    ("__getitem__", "data", "", "single_thread_bound"),
+    ("augment", "data", "cv2.imdecode", "cpu_saturated"),
+    ("read_shard", "io", "pyarrow.parquet.read_table", "io_bound"),
+    ("tokenize", "data", "", "input_bound"),
+    ("parse_record", "data", "json.loads", "single_thread_bound"),
+    ("collate", "data", "", "input_bound"),
+    ("prefetch", "io", "h5py.File.__getitem__", "io_bound"),
+    ("all_reduce", "train", "torch.distributed.all_reduce", "spinning"),
+    ("barrier", "train", "torch.distributed.barrier", "busy_no_progress"),
+    ("wait_for_peers", "train", "", "idle_no_progress"),
+    ("save_state", "ckpt", "torch.save", "checkpointing"),
+    ("load_state", "ckpt", "torch.load", "checkpointing"),
+    ("compile_model", "model", "torch._dynamo.optimize", "compiling"),
+    ("build", "model", "torch.compile", "compiling"),
+]
 
 
 class Week:
@@ -316,11 +328,11 @@ class Week:
         self.pool = []
         seen = set()
         while len(self.pool) < places:
-            where = (f"{rng.choice(FUNCTIONS)} ({rng.choice(['data', 'train', 'model', 'io', 'ckpt'])}.py:"
-                     f"{rng.randint(10, 400)})", rng.choice(LIBRARIES))
+            function, module, library, kind = rng.choice(TEMPLATES)
+            where = (f"{function} ({module}.py:{rng.randint(10, 400)})", library)
             if where not in seen:
                 seen.add(where)
-                self.pool.append((where, rng.choice(KINDS), rng.lognormvariate(-2.5, 1.2)))
+                self.pool.append((where, kind, rng.lognormvariate(-2.5, 1.2)))
         self.weights = [1 / (k + 1) for k in range(places)]
         self.series = {name: defaultdict(dict) for name in (PLACES_1H, UNPLACED_1H, HOST_PLACES_1H, CALLS_1H, LEDGER_1H)}
         # Truth: seconds per (place key) by (state, kind), run, namespace; hosts; calls per host (last).
@@ -394,6 +406,14 @@ class Week:
             self.unplaced[(by, owner[by] or None) if by else None][reason] += v
         self._add(LEDGER_1H, (("instance", host),), k, ledger)
 
+    def most_places_on_a_host(self):
+        """The most places one host lost time at in one hour."""
+        counts = defaultdict(int)
+        for labels, values in self.series[HOST_PLACES_1H].items():
+            for k in values:
+                counts[(labels[0][1], k)] += 1
+        return max(counts.values(), default=0)
+
     def series_count(self):
         return {name: len(table) for name, table in self.series.items()}
 
@@ -455,4 +475,30 @@ def check(got, week):
                 problems.append(f"{key} {field}: {p.get(field)} where the truth is {value}")
         if [r["run"] for r in p["top_runs"]] != [r for r, _ in runs]:
             problems.append(f"{key} top runs: {p['top_runs']} where the truth is {runs}")
+    return problems
+
+
+def check_groups(got, week, by):
+    """What in the groups of `stallwatch fleet causes --by BY --json` differs from the
+    truth: each group's placed and lost GPU-hours, their order and count."""
+    placed, lost = defaultdict(float), defaultdict(float)
+    for t in week.truth.values():
+        for (b, name), v in t["by"].items():
+            if b == by:
+                placed[name] += v
+                lost[name] += v
+    for (b, name), reasons in ((k, v) for k, v in week.unplaced.items() if k is not None):
+        if b == by:
+            lost[name] += sum(reasons.values())
+    order = sorted(lost, key=lambda n: (-lost[n], n is not None, n or ""))
+    problems = []
+    if got["groups_total"] != len(order):
+        problems.append(f"groups_total {got['groups_total']} where the truth has {len(order)}")
+    for g, name in zip(got["groups"], order):
+        if g["name"] != name:
+            problems.append(f"group {g['name']} where the truth ranks {name}")
+            break
+        for field, value in (("placed_gpu_hours", placed[name] / 3600), ("lost_gpu_hours", lost[name] / 3600)):
+            if not _close(g[field], value):
+                problems.append(f"{name} {field}: {g[field]} where the truth is {value}")
     return problems
