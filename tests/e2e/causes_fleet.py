@@ -28,6 +28,7 @@ from pathlib import Path
 import yaml
 
 from daemon import ROOT
+from goodput_fleet import backfill  # noqa: F401 (shared with the tests and the benchmark)
 from prometheus_server import PrometheusServer
 
 RULES = ROOT / "deploy" / "prometheus" / "stallwatch.rules.yml"
@@ -210,16 +211,6 @@ class Hosts:
                     self._gauge(out, "stallwatch_job_rank_info",
                                 base[:3] + [("pid", j["pid"]), ("run", j["run"]), ("rank", j["rank"]),
                                             ("launcher", "slurm")], 1, self.start)
-
-
-def backfill(openmetrics, tsdb):
-    """Blocks from an OpenMetrics file into a TSDB folder."""
-    promtool = shutil.which("promtool")
-    assert promtool, "promtool not installed: run scripts/install-test-deps"
-    Path(tsdb).mkdir(parents=True, exist_ok=True)
-    r = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", "--max-block-duration=24h",
-                        str(openmetrics), str(tsdb)], capture_output=True, text=True, timeout=3600)
-    assert r.returncode == 0, r.stdout + r.stderr
 
 
 def backfill_rules(tmp, start, end, passes=PASSES, eval_interval="60s"):

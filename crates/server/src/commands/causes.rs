@@ -2,13 +2,11 @@
 //! --prometheus URL`: the lines of the jobs' code that lost the fleet's
 //! GPU-hours, from the recording rules of the lost time by place.
 
-use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use crate::cli::CausesArgs;
-use crate::commands::check::{EXIT_ERROR, EXIT_FOUND};
-use crate::commands::fleet::client;
+use crate::commands::fleet::{finish, output, range_client};
 use crate::fleet::causes::{self, Answers, Queries};
 use crate::fleet::model::Sample;
 use crate::fleet::prometheus::{Client, Error};
@@ -77,47 +75,22 @@ fn answer(client: &Client, args: &CausesArgs, rules: Rules) -> Result<Option<Str
     }) else {
         return Ok(None);
     };
-    if args.json {
-        serde_json::to_string_pretty(&c)
-            .map(|t| Some(t + "\n"))
-            .map_err(|e| e.to_string())
-    } else {
-        Ok(Some(causes::render(&c)))
-    }
+    output(&c, args.json, causes::render)
 }
 
 pub fn main(args: CausesArgs) -> ExitCode {
-    if args.since < SHORTEST {
-        eprintln!(
-            "stallwatch: --since {}: give 10m or more (the 5-minute rules are read at 1-minute steps)",
-            humantime::format_duration(args.since)
-        );
-        return ExitCode::from(EXIT_ERROR);
-    }
-    let client = match client(&args.prometheus, "http", 9847) {
+    let client = match range_client(
+        args.since,
+        SHORTEST,
+        "the 5-minute rules are read at 1-minute steps",
+        &args.prometheus,
+    ) {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("stallwatch: {e}");
-            return ExitCode::from(EXIT_ERROR);
-        }
+        Err(exit) => return exit,
     };
     let rules = Rules::for_range(args.since);
-    match answer(&client, &args, rules) {
-        Ok(Some(text)) => {
-            let _ = std::io::stdout().lock().write_all(text.as_bytes());
-            ExitCode::SUCCESS
-        }
-        Ok(None) => {
-            let url = args.prometheus.prometheus.as_deref().unwrap_or_default();
-            eprint!(
-                "stallwatch: {}",
-                causes::nothing_recorded(rules, &range::words(args.since), url)
-            );
-            ExitCode::from(EXIT_FOUND)
-        }
-        Err(e) => {
-            eprintln!("stallwatch: {e}");
-            ExitCode::from(EXIT_ERROR)
-        }
-    }
+    let url = args.prometheus.prometheus.as_deref().unwrap_or_default();
+    finish(answer(&client, &args, rules), || {
+        causes::nothing_recorded(rules, &range::words(args.since), url)
+    })
 }
