@@ -165,10 +165,22 @@ def stack(tmp_path_factory):
 # `$gpu` as Grafana writes it into a regex match: one GPU, or All (its allValue).
 GPU_CHOICES = {"gpu 0": "0", "all gpus": ".*"}
 
+# The lost time by place, which the Costliest lines table reads (through its rule): until
+# the daemon under test exports this family, that table's queries must run but may be
+# empty; tests/e2e/test_fleet_causes.py runs them on a Prometheus that holds such series.
+PLACES = "stallwatch_gpu_lost_by_place_seconds"
+
+
+def exports(stack, family):
+    status, _, body = http_get(f"http://{stack.instance}/metrics", timeout=10)
+    assert status == 200, status
+    return f"\n{family}_total{{" in body.decode() or f"\n{family}{{" in body.decode()
+
 
 @pytest.mark.parametrize("choice", GPU_CHOICES)
 def test_every_dashboard_query_returns_data(stack, choice):
     values = stack.values(GPU_CHOICES[choice])
+    places = exports(stack, PLACES)
     empty, failed, ran = [], [], 0
     for path in DASHBOARDS:
         for panel, target in targets(load_dashboard(path)):
@@ -179,7 +191,7 @@ def test_every_dashboard_query_returns_data(stack, choice):
                 failed.append(f"{where}: {e}")
                 continue
             ran += 1
-            if not result:
+            if not result and (places or PLACES not in target["expr"]):
                 empty.append(where)
     assert not failed, "queries Prometheus rejects:\n" + "\n".join(failed)
     assert not empty, "queries that return no data:\n" + "\n".join(empty)

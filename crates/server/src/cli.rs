@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::fleet::causes::By as CausesBy;
 use crate::fleet::goodput::By;
 
 #[derive(Debug, Parser)]
@@ -36,7 +37,8 @@ pub enum Command {
     /// One answer per distributed run, from the fleet's Prometheus: which rank
     /// holds it back, and why (exit 0: every run healthy, 1: a run has a
     /// straggler, stalls or hangs, 2: error); `fleet goodput`: where the
-    /// fleet's GPU-hours went.
+    /// fleet's GPU-hours went; `fleet causes`: the lines of the jobs' code
+    /// that lost them.
     Fleet(FleetArgs),
     /// The contained reader of jobs' Python stacks, started by the other
     /// commands; not for use by hand.
@@ -98,13 +100,21 @@ pub enum FleetCommand {
     /// and the runs, namespaces, users or hosts that lost the most (exit 0:
     /// answered, 1: no hourly series in the range yet, 2: error).
     Goodput(Box<GoodputArgs>),
+    /// The lines of the jobs' Python code that lost the most GPU-hours over a
+    /// range (input, hung, compiling, checkpointing), each with its kind, the
+    /// library call under it, its runs, namespaces and hosts, its call time
+    /// and the runs that lost most there, and the lost time no line was tied
+    /// to, by reason (exit 0: answered, 1: no such series in the range yet,
+    /// 2: error).
+    Causes(Box<CausesArgs>),
 }
 
 /// How to reach the fleet's Prometheus.
 #[derive(Debug, Clone, Args)]
 pub struct PrometheusArgs {
     /// The Prometheus that evaluates the rules (the run rules of
-    /// deploy/prometheus/stallwatch.runs.yml; for `goodput`, the hourly rules).
+    /// deploy/prometheus/stallwatch.runs.yml; for `goodput` and `causes`, the
+    /// hourly rules).
     #[arg(long, value_name = "URL", required = true)]
     pub prometheus: Option<String>,
     /// Basic auth user for Prometheus (with --password-file).
@@ -139,6 +149,26 @@ pub struct GoodputArgs {
     /// How many runs, namespaces, users or hosts to list.
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub top: usize,
+    #[command(flatten)]
+    pub prometheus: PrometheusArgs,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CausesArgs {
+    /// Rank the places of each namespace, run or user on their own (the
+    /// groups that lost most first) [default: one ranking for the fleet].
+    #[arg(long, value_enum)]
+    pub by: Option<CausesBy>,
+    /// How far back, up to now: under 6h from the 5-minute rules (10m or
+    /// more), from 6h on from the hourly ones.
+    #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = humantime::parse_duration)]
+    pub since: Duration,
+    /// How many places to list (with --by, in each group, and how many groups).
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..))]
+    pub top: u16,
     #[command(flatten)]
     pub prometheus: PrometheusArgs,
     /// Print JSON.

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use stallwatch::cli;
 use stallwatch::commands::{
-    check, fleet, goodput, replay, run, stacks as stacks_cmd, status as status_cmd,
+    causes, check, fleet, goodput, replay, run, stacks as stacks_cmd, status as status_cmd,
 };
 
 fn main() -> ExitCode {
@@ -20,6 +20,10 @@ fn main() -> ExitCode {
             command: Some(cli::FleetCommand::Goodput(args)),
             ..
         })) => goodput::main(*args),
+        Some(cli::Command::Fleet(cli::FleetArgs {
+            command: Some(cli::FleetCommand::Causes(args)),
+            ..
+        })) => causes::main(*args),
         Some(cli::Command::Fleet(args)) => fleet::main(args),
         Some(cli::Command::StackReader(args)) => stallwatch::contained::child::main(args),
         Some(cli::Command::Replay(args)) => replay::main(args),

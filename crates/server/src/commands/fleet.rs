@@ -129,6 +129,67 @@ pub fn client(p: &PrometheusArgs, daemon_scheme: &str, daemon_port: u16) -> Resu
     })
 }
 
+/// The Prometheus client of a range command (`fleet goodput`, `fleet causes`),
+/// or how it ends: `--since` under `shortest` (for the reason `why`), or a
+/// client that cannot be made.
+pub fn range_client(
+    since: std::time::Duration,
+    shortest: std::time::Duration,
+    why: &str,
+    p: &PrometheusArgs,
+) -> Result<Client, ExitCode> {
+    if since < shortest {
+        eprintln!(
+            "stallwatch: --since {}: give {} or more ({why})",
+            humantime::format_duration(since),
+            humantime::format_duration(shortest)
+        );
+        return Err(ExitCode::from(EXIT_ERROR));
+    }
+    client(p, "http", 9847).map_err(|e| {
+        eprintln!("stallwatch: {e}");
+        ExitCode::from(EXIT_ERROR)
+    })
+}
+
+/// An answer of a range command (`fleet goodput`, `fleet causes`): its JSON,
+/// or its text as `render` makes it.
+pub fn output<T: Serialize>(
+    answer: &T,
+    json: bool,
+    render: impl FnOnce(&T) -> String,
+) -> Result<Option<String>, String> {
+    if json {
+        serde_json::to_string_pretty(answer)
+            .map(|t| Some(t + "\n"))
+            .map_err(|e| e.to_string())
+    } else {
+        Ok(Some(render(answer)))
+    }
+}
+
+/// How a range command ends: its answer on stdout (exit 0), what `nothing`
+/// says when no series lies in the range (exit 1), or the error (exit 2).
+pub fn finish(
+    answer: Result<Option<String>, String>,
+    nothing: impl FnOnce() -> String,
+) -> ExitCode {
+    match answer {
+        Ok(Some(text)) => {
+            let _ = std::io::stdout().lock().write_all(text.as_bytes());
+            ExitCode::SUCCESS
+        }
+        Ok(None) => {
+            eprint!("stallwatch: {}", nothing());
+            ExitCode::from(EXIT_FOUND)
+        }
+        Err(e) => {
+            eprintln!("stallwatch: {e}");
+            ExitCode::from(EXIT_ERROR)
+        }
+    }
+}
+
 pub fn main(args: FleetArgs) -> ExitCode {
     if !matches!(args.daemon_scheme.as_str(), "http" | "https") {
         eprintln!("stallwatch: --daemon-scheme must be http or https");

@@ -1,29 +1,17 @@
 //! `stallwatch fleet goodput [--by run|namespace|user|instance] [--since 7d]
 //! --prometheus URL`: where the fleet's GPU-hours went, from the hourly rules.
 
-use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use crate::cli::GoodputArgs;
-use crate::commands::check::{EXIT_ERROR, EXIT_FOUND};
-use crate::commands::fleet::client;
+use crate::commands::fleet::{finish, output, range_client};
 use crate::fleet::goodput::{self, Answers, By};
 use crate::fleet::prometheus::Client;
+use crate::fleet::range::words as range_words;
 
 /// The shortest range: the rules record one sample an hour.
 const SHORTEST: Duration = Duration::from_secs(3600);
-
-/// A range as people write it: `7d`, `36h`, `90m`.
-fn range_words(d: Duration) -> String {
-    let s = d.as_secs();
-    match s {
-        s if s % 86_400 == 0 => format!("{}d", s / 86_400),
-        s if s % 3600 == 0 => format!("{}h", s / 3600),
-        s if s % 60 == 0 => format!("{}m", s / 60),
-        s => format!("{s}s"),
-    }
-}
 
 /// The answer as text or JSON, or None when no hourly series lies in the range.
 fn answer(
@@ -59,59 +47,22 @@ fn answer(
     }) else {
         return Ok(None);
     };
-    if json {
-        serde_json::to_string_pretty(&g)
-            .map(|t| Some(t + "\n"))
-            .map_err(|e| e.to_string())
-    } else {
-        Ok(Some(goodput::render(&g)))
-    }
+    output(&g, json, goodput::render)
 }
 
 pub fn main(args: GoodputArgs) -> ExitCode {
-    if args.since < SHORTEST {
-        eprintln!(
-            "stallwatch: --since {}: give 1h or more (the rules record one sample an hour)",
-            humantime::format_duration(args.since)
-        );
-        return ExitCode::from(EXIT_ERROR);
-    }
-    let client = match client(&args.prometheus, "http", 9847) {
+    let client = match range_client(
+        args.since,
+        SHORTEST,
+        "the rules record one sample an hour",
+        &args.prometheus,
+    ) {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("stallwatch: {e}");
-            return ExitCode::from(EXIT_ERROR);
-        }
+        Err(exit) => return exit,
     };
-    match answer(&client, args.by, args.since, args.top, args.json) {
-        Ok(Some(text)) => {
-            let _ = std::io::stdout().lock().write_all(text.as_bytes());
-            ExitCode::SUCCESS
-        }
-        Ok(None) => {
-            let url = args.prometheus.prometheus.as_deref().unwrap_or_default();
-            eprint!(
-                "stallwatch: {}",
-                goodput::nothing_recorded(args.by, &range_words(args.since), url)
-            );
-            ExitCode::from(EXIT_FOUND)
-        }
-        Err(e) => {
-            eprintln!("stallwatch: {e}");
-            ExitCode::from(EXIT_ERROR)
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ranges_read_as_written() {
-        assert_eq!(range_words(Duration::from_secs(7 * 86_400)), "7d");
-        assert_eq!(range_words(Duration::from_secs(36 * 3600)), "36h");
-        assert_eq!(range_words(Duration::from_secs(90 * 60)), "90m");
-        assert_eq!(range_words(Duration::from_secs(3601)), "3601s");
-    }
+    let url = args.prometheus.prometheus.as_deref().unwrap_or_default();
+    finish(
+        answer(&client, args.by, args.since, args.top, args.json),
+        || goodput::nothing_recorded(args.by, &range_words(args.since), url),
+    )
 }

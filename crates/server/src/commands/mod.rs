@@ -1,7 +1,8 @@
 //! What each `stallwatch` command does (`run`, `check`, `status`, `stacks`, `fleet`,
-//! `fleet goodput`, the hidden `replay`), and the terminal report they print. The
+//! `fleet goodput`, `fleet causes`, the hidden `replay`), and the terminal report they print. The
 //! arguments are in `crate::cli`.
 
+pub mod causes;
 pub mod check;
 pub mod fleet;
 pub mod goodput;
