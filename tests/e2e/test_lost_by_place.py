@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+import browser
 from daemon import BINARY, gpu, kill_group
 from fleet_hosts import Hosts, prometheus_config, scaled_rules
 from prometheus_server import PrometheusServer
@@ -129,6 +130,13 @@ def test_each_gpus_lost_time_goes_to_the_line_that_lost_it(daemon_factory, place
     text = r.stdout[r.stdout.index("Costliest lines"):]
     assert "load_record (records.py:" in text and "augment (placejob.py:" in text, text
     assert "fix: " in text, text
+    # And the status page, in a real browser: the Costliest lines table.
+    dom, _, console = browser.load(d.url + "/", budget_ms=5000)
+    table = dom[dom.index('id="costliest"'):]
+    table = table[:table.index("</table>")]
+    assert "load_record (records.py:" in table and "augment (placejob.py:" in table, table
+    # Each with its kind's fix (a pinned thread's, or a starved GPU's).
+    assert table.count('class="hint">this line holds one core') + table.count('class="hint">make this line') >= 2, table
 
 
 def test_fleet_causes_ranks_the_shared_helper_first_over_hosts_and_runs(daemon_factory, placejob, tmp_path):
