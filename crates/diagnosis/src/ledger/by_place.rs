@@ -209,10 +209,18 @@ impl PlaceLedger {
             .enumerate()
             .filter(|(_, e)| !e.shown)
             .min_by(|a, b| a.1.day.sum(t).total_cmp(&b.1.day.sum(t)))
-            .map(|(i, _)| i)
-            .expect("more places tracked than shown");
-        self.entries[least] = entry;
-        least
+            .map(|(i, _)| i);
+        match least {
+            Some(least) => {
+                self.entries[least] = entry;
+                least
+            }
+            // Never: more places are tracked than shown.
+            None => {
+                self.entries.push(entry);
+                self.entries.len() - 1
+            }
+        }
     }
 
     /// Shows entry `i` if there is room, or in the room of the shown place
