@@ -20,4 +20,4 @@ pub mod time;
 
 pub use error::CollectError;
 pub mod privileges;
-pub mod stacks;
+pub mod stack_reader;
