@@ -11,7 +11,7 @@ pub mod delta;
 pub mod error;
 pub mod faults;
 pub mod gpu;
-pub mod kubelet;
+pub mod identity;
 pub mod proc;
 pub mod sample;
 pub mod snapshot;
