@@ -7,7 +7,7 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     // As the job reader does: cgroup names need not be UTF-8.
-    let _ = collector::proc::parse_attribution(&String::from_utf8_lossy(data));
+    let _ = collector::identity::parse_attribution(&String::from_utf8_lossy(data));
     if let Ok(text) = std::str::from_utf8(data) {
         let psi = collector::proc::parse_pressure(text);
         for ratio in [psi.some, psi.full].into_iter().flatten() {

@@ -11,7 +11,7 @@ pub mod delta;
 pub mod error;
 pub mod faults;
 pub mod gpu;
-pub mod kubelet;
+pub mod identity;
 pub mod proc;
 pub mod sample;
 pub mod snapshot;
@@ -20,4 +20,4 @@ pub mod time;
 
 pub use error::CollectError;
 pub mod privileges;
-pub mod stacks;
+pub mod stack_reader;

@@ -4,9 +4,8 @@
 
 use std::path::Path;
 
-use collector::proc::{
-    parse_attribution, parse_io, parse_pids, parse_pressure, parse_schedstat, parse_stat,
-};
+use collector::identity::parse_attribution;
+use collector::proc::{parse_io, parse_pids, parse_pressure, parse_schedstat, parse_stat};
 
 #[test]
 fn proc_text_corpus_never_panics() {

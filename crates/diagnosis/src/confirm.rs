@@ -12,7 +12,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::round::round;
-use crate::stacks::{HotSpot, Outcome, StackReport, ThreadStacks, describe_spot};
+use crate::stack_report::{HotSpot, ReadOutcome, StackReport, ThreadStacks, describe_spot};
 
 /// A thread stands still in a burst when its most frequent place holds at
 /// least this share of its reads.
@@ -87,7 +87,7 @@ fn read_of(t: f64, report: &StackReport) -> Read {
     };
     // An interactive kernel waiting for its user stands still by design.
     // So does a job in one of its own phases (a long save, a compilation).
-    if report.outcome != Outcome::Sampled
+    if report.outcome != ReadOutcome::Sampled
         || report.samples == 0
         || report.interactive
         || report.phase.is_some()
@@ -198,7 +198,7 @@ impl Confirmation {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stacks::{Burst, CodeFrame, Focus, ThreadRead, aggregate};
+    use crate::stack_report::{Burst, CodeFrame, Focus, ThreadRead, aggregate};
 
     fn frame(function: &str, file: &str, line: u32, library: bool) -> CodeFrame {
         CodeFrame {
@@ -324,7 +324,7 @@ mod tests {
             c.add(8, t, &burst(&[locked()]));
         }
         assert_eq!(c.stuck(1041.0, 60.0, 3, 20.0), None);
-        let none = crate::stacks::unavailable(7, Outcome::NoPermission, "no".into(), 0.0);
+        let none = crate::stack_report::unavailable(7, ReadOutcome::NoPermission, "no".into(), 0.0);
         for t in [1000.0, 1020.0, 1040.0] {
             c.add(7, t, &none);
         }

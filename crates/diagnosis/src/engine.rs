@@ -15,7 +15,7 @@ use crate::config::DiagnosisConfig;
 use crate::detect::hint;
 use crate::frame::{Frame, GpuFrame};
 use crate::ledger::{PlaceKey, PlaceLedger};
-use crate::stacks::StackReport;
+use crate::stack_report::StackReport;
 use crate::status::{ActiveKind, Event, GpuStatus, KindCounters, Phase};
 use crate::tracking::Progress;
 use crate::{Kind, Verdict};

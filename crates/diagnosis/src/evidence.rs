@@ -119,7 +119,7 @@ pub struct Evidence {
     /// Python stacks of the process that owns the busiest thread (or of the
     /// job, for the no-progress kinds), sampled when the episode started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stacks: Option<crate::stacks::StackReport>,
+    pub stacks: Option<crate::stack_report::StackReport>,
     /// The job's framework as its libraries and process names tell it
     /// (the stacks' own answer is in `stacks.framework`).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -98,7 +98,7 @@ mod tests {
     use super::*;
     use crate::evidence::framework as evidence;
     use crate::frame::{HostFrame, JobFrame, JobFramework};
-    use crate::stacks::CodeFrame;
+    use crate::stack_report::CodeFrame;
 
     fn job(loaded: &[Framework], workers: u32, pin: bool) -> JobFrame {
         JobFrame {

@@ -18,7 +18,7 @@ pub use time_state::TimeState;
 
 /// One GPU's sample, as the ledger needs it.
 #[derive(Debug, Clone, Default)]
-pub struct Outcome {
+pub struct LedgerSample {
     /// The GPU answered with data this sample.
     pub fresh: bool,
     /// A job (not a leftover, not a zombie) holds the GPU.
@@ -41,7 +41,7 @@ pub struct Outcome {
     pub restarted: bool,
 }
 
-impl Outcome {
+impl LedgerSample {
     /// The one state the sample's interval is booked to: the first that
     /// applies of fault, unknown, no_job, hung, compiling, checkpointing,
     /// startup (the DataLoader's), input, startup (no sustained work yet),
@@ -78,7 +78,7 @@ impl Outcome {
     }
 }
 
-impl Outcome {
+impl LedgerSample {
     /// The GPU was measured working this sample.
     fn busy(&self) -> bool {
         !self.idle && !self.unmeasured
@@ -193,7 +193,7 @@ impl Booker {
     }
 
     /// Books `seconds` of a sample whose outcome is `outcome`.
-    pub fn book(&mut self, outcome: &Outcome, seconds: f64) {
+    pub fn book(&mut self, outcome: &LedgerSample, seconds: f64) {
         let state = outcome.state();
         let now = match state {
             TimeState::Idle => Some(Held::Idle(seconds)),
@@ -390,28 +390,28 @@ mod tests {
     use super::*;
     use crate::Kind;
 
-    fn outcome() -> Outcome {
-        Outcome {
+    fn outcome() -> LedgerSample {
+        LedgerSample {
             fresh: true,
             has_job: true,
-            ..Outcome::default()
+            ..LedgerSample::default()
         }
     }
 
     #[test]
     fn one_state_by_precedence() {
         assert_eq!(outcome().state(), TimeState::Productive);
-        let idle = Outcome {
+        let idle = LedgerSample {
             idle: true,
             ..outcome()
         };
         assert_eq!(idle.state(), TimeState::Idle);
-        let input = Outcome {
+        let input = LedgerSample {
             kinds: vec![TimeState::Input],
             ..idle.clone()
         };
         assert_eq!(input.state(), TimeState::Input);
-        let compiling = Outcome {
+        let compiling = LedgerSample {
             phase: Some(JobPhase::Compiling),
             ..input.clone()
         };
@@ -420,40 +420,40 @@ mod tests {
             TimeState::Compiling,
             "a phase explains the wait"
         );
-        let hung = Outcome {
+        let hung = LedgerSample {
             kinds: vec![TimeState::Input, TimeState::Hung],
             ..compiling.clone()
         };
         assert_eq!(hung.state(), TimeState::Hung);
-        let lost = Outcome {
+        let lost = LedgerSample {
             fresh: false,
             ..hung.clone()
         };
         assert_eq!(lost.state(), TimeState::Unknown);
-        let fault = Outcome {
+        let fault = LedgerSample {
             kinds: vec![TimeState::Fault],
             ..lost
         };
         assert_eq!(fault.state(), TimeState::Fault);
-        let free = Outcome {
+        let free = LedgerSample {
             has_job: false,
             idle: true,
             ..outcome()
         };
         assert_eq!(free.state(), TimeState::NoJob);
-        let starting = Outcome {
+        let starting = LedgerSample {
             starting: true,
             idle: true,
             ..outcome()
         };
         assert_eq!(starting.state(), TimeState::Startup);
         // A stall found past the warm-up is no start-up.
-        let starved = Outcome {
+        let starved = LedgerSample {
             kinds: vec![TimeState::Input],
             ..starting.clone()
         };
         assert_eq!(starved.state(), TimeState::Input);
-        let loader = Outcome {
+        let loader = LedgerSample {
             phase: Some(JobPhase::DataLoaderStartup),
             ..starved
         };
@@ -484,12 +484,12 @@ mod tests {
         assert_eq!(back, l);
     }
 
-    fn sample(state: TimeState, idle: bool) -> Outcome {
+    fn sample(state: TimeState, idle: bool) -> LedgerSample {
         let kinds = match state {
             TimeState::Input | TimeState::Hung => vec![state],
             _ => vec![],
         };
-        Outcome {
+        LedgerSample {
             kinds,
             idle,
             ..outcome()
@@ -554,7 +554,7 @@ mod tests {
             b.book(&sample(TimeState::Idle, true), 1.0);
         }
         // The first read finds a save under way.
-        let saving = Outcome {
+        let saving = LedgerSample {
             phase: Some(JobPhase::Checkpointing),
             idle: true,
             ..outcome()
@@ -566,7 +566,7 @@ mod tests {
 
     #[test]
     fn the_work_that_ends_a_start_up_is_training() {
-        let starting = |idle| Outcome {
+        let starting = |idle| LedgerSample {
             starting: true,
             idle,
             ..outcome()
@@ -590,7 +590,7 @@ mod tests {
         assert_eq!(b.ledger.seconds(TimeState::Productive), 11.0);
         assert_eq!(b.ledger.seconds(TimeState::Startup), 35.0);
         // A restart's start-up is its recovery, held the same way.
-        let restarting = Outcome {
+        let restarting = LedgerSample {
             restarted: true,
             ..starting(false)
         };
@@ -659,18 +659,18 @@ mod tests {
 
     #[test]
     fn nothing_is_productive_or_idle_without_an_activity_reading() {
-        let unmeasured = Outcome {
+        let unmeasured = LedgerSample {
             unmeasured: true,
             ..outcome()
         };
         assert_eq!(unmeasured.state(), TimeState::Unknown);
         // A kind or a start-up still says what the time was.
-        let hung = Outcome {
+        let hung = LedgerSample {
             kinds: vec![TimeState::Hung],
             ..unmeasured.clone()
         };
         assert_eq!(hung.state(), TimeState::Hung);
-        let starting = Outcome {
+        let starting = LedgerSample {
             starting: true,
             ..unmeasured.clone()
         };
@@ -692,7 +692,7 @@ mod tests {
 
     #[test]
     fn busy_start_up_work_that_breaks_off_when_the_job_stops_is_start_up() {
-        let busy_starting = Outcome {
+        let busy_starting = LedgerSample {
             starting: true,
             ..outcome()
         };
@@ -701,7 +701,7 @@ mod tests {
             b.book(&busy_starting, 1.0);
         }
         // The job stops doing anything: no longer starting, the GPU idle.
-        let idle = Outcome {
+        let idle = LedgerSample {
             idle: true,
             ..outcome()
         };

@@ -22,7 +22,7 @@ mod processes;
 mod reads;
 mod report;
 mod round;
-pub mod stacks;
+pub mod stack_report;
 pub mod status;
 pub mod steal;
 mod tracking;

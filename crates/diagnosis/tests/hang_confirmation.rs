@@ -6,7 +6,7 @@ mod script;
 
 use diagnosis::Kind;
 use diagnosis::frame::{Frame, JobFrame};
-use diagnosis::stacks::{Burst, CodeFrame, Focus, StackReport, ThreadRead, aggregate};
+use diagnosis::stack_report::{Burst, CodeFrame, Focus, StackReport, ThreadRead, aggregate};
 use script::*;
 
 fn frame_at(function: &str, file: &str, line: u32, library: bool) -> CodeFrame {

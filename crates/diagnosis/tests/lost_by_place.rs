@@ -5,7 +5,9 @@
 mod script;
 
 use diagnosis::ledger::{TimeState, Unplaced};
-use diagnosis::stacks::{Burst, CodeFrame, Focus, Outcome, ThreadRead, aggregate, unavailable};
+use diagnosis::stack_report::{
+    Burst, CodeFrame, Focus, ReadOutcome, ThreadRead, aggregate, unavailable,
+};
 use script::{Run, frame, job};
 
 fn code(function: &str, file: &str, line: u32, library: bool) -> CodeFrame {
@@ -19,7 +21,7 @@ fn code(function: &str, file: &str, line: u32, library: bool) -> CodeFrame {
 
 /// A worker thread inside `json.loads`, called from a shared helper's
 /// `load_record` (`records.py:17`), for every read of a 10 s burst.
-fn slow_helper(t: f64) -> diagnosis::stacks::StackReport {
+fn slow_helper(t: f64) -> diagnosis::stack_report::StackReport {
     let frames = vec![
         code("loads", "json/__init__.py", 346, true),
         code("load_record", "/srv/company/records.py", 17, false),
@@ -134,7 +136,7 @@ fn an_episode_that_ends_unread_says_so() {
 fn a_job_that_is_not_python_is_named_as_such() {
     let mut run = Run::default();
     run.feed(0, 200, starved);
-    let report = unavailable(100, Outcome::NotPython, "pid 100 is java".into(), 200.0);
+    let report = unavailable(100, ReadOutcome::NotPython, "pid 100 is java".into(), 200.0);
     run.engine.attach_stacks(0, "GPU-0", report);
     run.feed(200, 300, starved);
     let (input, placed, unplaced, _) = lost(&run, TimeState::Input);

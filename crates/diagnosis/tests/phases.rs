@@ -6,7 +6,7 @@ mod script;
 
 use diagnosis::frame::Frame;
 use diagnosis::phase::JobPhase;
-use diagnosis::stacks::{Burst, CodeFrame, Focus, StackReport, ThreadRead, aggregate};
+use diagnosis::stack_report::{Burst, CodeFrame, Focus, StackReport, ThreadRead, aggregate};
 use diagnosis::{DiagnosisConfig, Kind};
 use script::*;
 

@@ -251,12 +251,12 @@ impl StacksConfig {
     }
 
     /// What one read and one burst may keep.
-    pub fn budgets(&self) -> collector::stacks::Budgets {
-        collector::stacks::Budgets {
+    pub fn budgets(&self) -> collector::stack_reader::Budgets {
+        collector::stack_reader::Budgets {
             threads: self.max_threads,
             frames: self.max_frames,
             name_chars: self.max_name_chars,
-            ..collector::stacks::Budgets::default()
+            ..collector::stack_reader::Budgets::default()
         }
     }
 

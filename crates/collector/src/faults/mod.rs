@@ -6,16 +6,16 @@
 //! - `kernel_log`: the driver's `NVRM: Xid` lines from `/dev/kmsg` (or a
 //!   file or FIFO a test feeds), from the daemon's start onward; they carry
 //!   the pid and cover Xids NVML events miss (79, 119, 120).
-//! - `ledger`: matches lines to GPUs by PCI address, drops the second report
+//! - `xid_counts`: matches lines to GPUs by PCI address, drops the second report
 //!   of one Xid, and keeps the counts.
 
 mod events;
 mod kernel_log;
 pub use kernel_log::Lines;
 pub mod kmsg;
-pub mod ledger;
 mod report;
 pub mod xid;
+pub mod xid_counts;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -27,8 +27,8 @@ use crate::error::CollectError;
 use crate::sample::GpuSample;
 pub use crate::sample::faults::{FaultSource, KernelLogState};
 pub use kmsg::PciAddr;
-use ledger::Ledger;
 pub use report::{GpuRef, XidReport};
+use xid_counts::XidCounts;
 
 #[derive(Debug, Clone, Default)]
 pub struct FaultOptions {
@@ -49,7 +49,7 @@ pub const WAIT_FOR_LINE_SECONDS: f64 = 1.5;
 pub struct FaultFeed {
     reports: Receiver<XidReport>,
     kernel_log: Arc<AtomicU8>,
-    ledger: Ledger,
+    xid_counts: XidCounts,
     /// NVML events waiting for their kernel-log line.
     held: Vec<XidReport>,
 }
@@ -77,7 +77,7 @@ impl FaultFeed {
         Ok(FaultFeed {
             reports,
             kernel_log,
-            ledger: Ledger::default(),
+            xid_counts: XidCounts::default(),
             held: Vec::new(),
         })
     }
@@ -92,16 +92,16 @@ impl FaultFeed {
         let mut batch = std::mem::take(&mut self.held);
         batch.extend(self.reports.try_iter());
         let wait = self.kernel_log_state() == KernelLogState::Readable;
-        self.held = ledger::order(batch, now_seconds, wait, WAIT_FOR_LINE_SECONDS)
+        self.held = xid_counts::order(batch, now_seconds, wait, WAIT_FOR_LINE_SECONDS)
             .into_iter()
             .filter_map(|(report, hold)| {
                 if hold {
                     return Some(report);
                 }
-                self.ledger.record(report, gpus);
+                self.xid_counts.record(report, gpus);
                 None
             })
             .collect();
-        self.ledger.apply(gpus);
+        self.xid_counts.apply(gpus);
     }
 }

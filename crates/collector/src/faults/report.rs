@@ -1,4 +1,4 @@
-//! One Xid report, from either source, before the ledger matches it.
+//! One Xid report, from either source, before `xid_counts` matches it.
 
 use super::kmsg::PciAddr;
 use crate::sample::faults::FaultSource;

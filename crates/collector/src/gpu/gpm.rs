@@ -69,7 +69,7 @@ fn symbols_present(nvml: &Nvml) -> bool {
 
 /// The outcome of one reading: the metrics (when there were two samples far
 /// enough apart) and whether the device is lost.
-pub struct Outcome {
+pub struct GpmRead {
     pub reading: Option<GpmReading>,
     pub lost: bool,
 }
@@ -77,7 +77,7 @@ pub struct Outcome {
 /// Reads GPM metrics of `device` since its previous sample. "Not supported"
 /// and missing symbols leave them out silently; other failures are counted
 /// as NVML errors and leave them out for this reading.
-pub fn read(nvml: &Nvml, device: &Device, memo: &mut GpmMemo, errors: &mut ErrorCounts) -> Outcome {
+pub fn read(nvml: &Nvml, device: &Device, memo: &mut GpmMemo, errors: &mut ErrorCounts) -> GpmRead {
     read_with(nvml, device, memo, errors, |d| d.gpm_sample())
 }
 
@@ -88,9 +88,9 @@ pub fn read_mig(
     gpu_instance: u32,
     memo: &mut GpmMemo,
     errors: &mut ErrorCounts,
-) -> Outcome {
+) -> GpmRead {
     if nvml.lib().nvmlGpmMigSampleGet.is_err() {
-        return Outcome {
+        return GpmRead {
             reading: None,
             lost: false,
         };
@@ -106,8 +106,8 @@ fn read_with<'n>(
     memo: &mut GpmMemo,
     errors: &mut ErrorCounts,
     take: impl FnOnce(&Device<'n>) -> Result<GpmSample<'n>, NvmlError>,
-) -> Outcome {
-    let none = |lost| Outcome {
+) -> GpmRead {
+    let none = |lost| GpmRead {
         reading: None,
         lost,
     };
@@ -146,7 +146,7 @@ fn read_with<'n>(
     memo.previous = Some((current.into_handle().cast(), now));
     match metrics {
         None => none(false),
-        Some(Ok(values)) => Outcome {
+        Some(Ok(values)) => GpmRead {
             reading: Some(reading(&values, errors)),
             lost: false,
         },
@@ -160,7 +160,7 @@ fn read_with<'n>(
     }
 }
 
-fn failed(e: NvmlError, memo: &mut GpmMemo, errors: &mut ErrorCounts) -> Outcome {
+fn failed(e: NvmlError, memo: &mut GpmMemo, errors: &mut ErrorCounts) -> GpmRead {
     let lost = matches!(e, NvmlError::GpuLost);
     match e {
         NvmlError::NotSupported | NvmlError::FailedToLoadSymbol(_) => {
@@ -169,7 +169,7 @@ fn failed(e: NvmlError, memo: &mut GpmMemo, errors: &mut ErrorCounts) -> Outcome
         NvmlError::GpuLost => {}
         _ => errors.add(ErrorSource::Nvml),
     }
-    Outcome {
+    GpmRead {
         reading: None,
         lost,
     }

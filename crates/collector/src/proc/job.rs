@@ -12,7 +12,8 @@ use super::open_files::{Kind, OpenFiles};
 use super::read::Buffer;
 use super::stat::{Schedstat, StatFields, parse_io, parse_schedstat, parse_stat};
 use super::tasks::{Activity, Tasks};
-use super::{cgroup, libraries, output, rank, singles, user};
+use super::{libraries, output, singles};
+use crate::identity::{cgroup, rank, user};
 use crate::sample::{ErrorCounts, JobSample, ProcessId, ProcessSample, ThreadSample};
 
 /// What the job reader keeps from one sample to the next.

@@ -8,7 +8,6 @@
 //! counting an error; any other failure leaves the field out and is counted in
 //! [`ErrorCounts`] under [`ErrorSource::ProcJob`] or [`ErrorSource::ProcHost`].
 
-mod cgroup;
 mod children;
 mod gone;
 mod host;
@@ -17,13 +16,10 @@ pub mod libraries;
 mod mount;
 mod open_files;
 mod output;
-mod per_process;
-pub mod rank;
 mod read;
 mod singles;
 mod stat;
 mod tasks;
-pub mod user;
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -31,10 +27,10 @@ use std::path::{Path, PathBuf};
 use procfs::ProcError;
 
 use crate::error::CollectError;
+use crate::identity::user;
 use crate::sample::{ErrorCounts, HostSample, JobSample};
 use mount::{Mount, read_kernel_stats};
 
-pub use cgroup::parse_attribution;
 pub use host::{PsiAvg10, parse_pressure};
 pub use open_files::raise_open_files_limit;
 pub use read::parse_pids;
@@ -133,7 +129,7 @@ impl ProcReader {
         jobs
     }
 
-    /// How a job's user is read and shown (`[identity]`; see `user.rs`).
+    /// How a job's user is read and shown (`[identity]`; see `identity/user.rs`).
     pub fn set_user_options(&mut self, options: user::UserOptions) {
         self.memory.users = user::Users::new(options);
     }

@@ -289,7 +289,7 @@ pub struct Attribution {
     #[serde(default)]
     pub slurm_uid: Option<u32>,
     /// The job's user as `[identity] user_label` allows: its name, or its
-    /// uid as a number (see `proc::user`).
+    /// uid as a number (see `identity::user`).
     #[serde(default)]
     pub user: Option<String>,
     /// `SLURM_JOB_ACCOUNT` from the job's environment.

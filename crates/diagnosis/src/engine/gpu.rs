@@ -23,7 +23,7 @@ use crate::config::DiagnosisConfig;
 use crate::detect::{Ctx, UtilizationCache, detect};
 use crate::evidence::ProcessEvidence;
 use crate::frame::{Frame, GpuFrame, JobFrame};
-use crate::ledger::{Outcome, StartupSample, TimeState};
+use crate::ledger::{LedgerSample, StartupSample, TimeState};
 use crate::phase::PhaseStatus;
 use crate::processes;
 use crate::report::{job_status, primary_job};
@@ -86,9 +86,9 @@ pub(super) fn observe_gpu(
         // A fault may be why the GPU stopped answering (Xid 79).
         observe_fault(config, state, gpu, frame, &[], dt, events);
         state.set_verdict(Verdict::Unknown, t);
-        let outcome = Outcome {
+        let outcome = LedgerSample {
             kinds: active_states(state),
-            ..Outcome::default()
+            ..LedgerSample::default()
         };
         state.book(elapsed, dt, Some(&outcome), None);
         return;
@@ -127,7 +127,7 @@ pub(super) fn observe_gpu(
     if state.startup.over(t) || jobs.is_empty() {
         state.restarts.started();
     }
-    let outcome = Outcome {
+    let outcome = LedgerSample {
         fresh: true,
         has_job: !holders.jobs.is_empty(),
         kinds: active_states(state),

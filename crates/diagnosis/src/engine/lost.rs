@@ -8,7 +8,7 @@
 use crate::Kind;
 use crate::ledger::{Ledger, Located, TimeState, Unplaced, place};
 use crate::phase::JobPhase;
-use crate::stacks::StackReport;
+use crate::stack_report::StackReport;
 
 /// The states whose seconds are lost to a cause a place can name.
 pub(super) const LOST: [TimeState; 4] = [

@@ -22,9 +22,9 @@ use crate::confirm::Confirmation;
 use crate::evidence::{Evidence, FaultEvidence};
 use crate::frame::GpuFrame;
 
-use crate::ledger::{Booker, Outcome, Restarts, Startup};
+use crate::ledger::{Booker, LedgerSample, Restarts, Startup};
 use crate::phase::Phases;
-use crate::stacks::StackReport;
+use crate::stack_report::StackReport;
 use crate::status::{JobRef, JobStatus};
 use crate::tracking::ProcessActivity;
 use crate::window::History;
@@ -159,7 +159,7 @@ impl GpuState {
         &mut self,
         elapsed: f64,
         dt: f64,
-        outcome: Option<&Outcome>,
+        outcome: Option<&LedgerSample>,
         jobs: Option<&[(u32, u64)]>,
     ) {
         if let Some(jobs) = jobs {

@@ -2,7 +2,7 @@
 
 use crate::Kind;
 use crate::evidence::{Evidence, FaultEvidence};
-use crate::stacks::Outcome;
+use crate::stack_report::ReadOutcome;
 
 pub mod words;
 
@@ -119,7 +119,7 @@ pub fn with_context(kind: Kind, evidence: &Evidence, base: String) -> String {
         );
     }
     match &evidence.stacks {
-        Some(s) if s.outcome == Outcome::Sampled => {
+        Some(s) if s.outcome == ReadOutcome::Sampled => {
             let base = base.replace(
                 "dump stacks (py-spy dump --pid PID)",
                 "see the stacks below",
@@ -135,7 +135,12 @@ pub fn with_context(kind: Kind, evidence: &Evidence, base: String) -> String {
                 .filter(|_| {
                     matches!(kind, Kind::InputStarved | Kind::InputBound) || kind.is_refinement()
                 })
-                .map(|b| format!(" {}.", capitalized(&crate::stacks::describe_batch_wait(b))))
+                .map(|b| {
+                    format!(
+                        " {}.",
+                        capitalized(&crate::stack_report::describe_batch_wait(b))
+                    )
+                })
                 .unwrap_or_default();
             format!(
                 "Python stacks of pid {}: {}.{wait} {base}",

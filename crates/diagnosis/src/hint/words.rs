@@ -251,7 +251,7 @@ mod tests {
     use crate::detect::hint;
     use crate::evidence::{Evidence, ThreadEvidence};
     use crate::framework::{Framework, FrameworkEvidence};
-    use crate::stacks::{Outcome, StackReport};
+    use crate::stack_report::{ReadOutcome, StackReport};
 
     fn frames_say(name: Option<Framework>, workers: u32, idle_cpus: f64) -> Evidence {
         Evidence {
@@ -355,7 +355,8 @@ mod tests {
     fn the_stacks_framework_wins_over_two_loaded_libraries() {
         let mut e = frames_say(None, 0, 2.0);
         e.framework.as_mut().unwrap().libraries = vec![Framework::Pytorch, Framework::Tensorflow];
-        let mut stacks = crate::stacks::unavailable(7, Outcome::Sampled, String::new(), 0.0);
+        let mut stacks =
+            crate::stack_report::unavailable(7, ReadOutcome::Sampled, String::new(), 0.0);
         stacks.framework = Some(Framework::Tensorflow);
         e.stacks = Some(StackReport { ..stacks });
         let h = hint(Kind::InputBound, &e);

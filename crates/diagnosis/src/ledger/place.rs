@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::stacks::{HotSpot, Outcome as ReadOutcome, StackReport};
+use crate::stack_report::{HotSpot, ReadOutcome, StackReport};
 
 /// Longest place or library name kept, in characters: what a stack shows
 /// of a function is bounded, whatever a job names its functions.
@@ -137,7 +137,7 @@ fn bounded(s: &str) -> String {
 mod tests {
     use super::*;
     use crate::calls::CallTime;
-    use crate::stacks::{Focus, unavailable};
+    use crate::stack_report::{Focus, unavailable};
 
     fn spot(user: Option<(&str, &str, u32)>, leaf: &str, via: Option<&str>) -> HotSpot {
         HotSpot {

@@ -10,12 +10,12 @@ use axum::Extension;
 use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Json, Response};
-use diagnosis::stacks::{Focus, Outcome};
+use diagnosis::stack_report::{Focus, ReadOutcome};
 use serde::Deserialize;
 
 use crate::api::state::AppState;
 use crate::http::serve::Caller;
-use crate::sampling::stacks::{Deliver, Request};
+use crate::sampling::stack_bursts::{Deliver, Request};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -96,7 +96,7 @@ pub async fn stacks(
             .into_response();
     }
     match tokio::time::timeout(duration + GRACE, answer).await {
-        Ok(Ok(report)) if report.outcome == Outcome::NotWatched => {
+        Ok(Ok(report)) if report.outcome == ReadOutcome::NotWatched => {
             (StatusCode::FORBIDDEN, Json(report)).into_response()
         }
         Ok(Ok(report)) => Json(report).into_response(),

@@ -8,7 +8,7 @@ use crate::config::StacksConfig;
 use crate::sampling::asked::ThreadViews;
 use crate::sampling::bodies::MetricsBodies;
 use crate::sampling::sampler::{LatestRx, SharedEngine};
-use crate::sampling::stacks::Stacks;
+use crate::sampling::stack_bursts::Stacks;
 
 #[derive(Clone)]
 pub struct AppState {

@@ -16,9 +16,9 @@ use crate::cli::CheckArgs;
 use crate::commands::{report, run};
 use crate::config::Config;
 use crate::contained::ContainedReader;
-use crate::sampling::stacks::SHORT_BURST;
-use crate::sampling::{frame, stacks};
-use diagnosis::stacks::Focus;
+use crate::sampling::stack_bursts::SHORT_BURST;
+use crate::sampling::{frame, stack_bursts};
+use diagnosis::stack_report::Focus;
 
 /// Longest stack burst a check adds to its run.
 const CHECK_STACKS: Duration = Duration::from_secs(5);
@@ -34,7 +34,7 @@ fn sample_stacks(
     let mut amended = Vec::new();
     let duration = config.stacks.duration.min(CHECK_STACKS);
     for gpu in engine.status() {
-        let Some((pid, focus)) = stacks::target(&gpu) else {
+        let Some((pid, focus)) = stack_bursts::target(&gpu) else {
             continue;
         };
         if !quiet {

@@ -7,8 +7,8 @@ use collector::privileges::{Privileges, Reach};
 use diagnosis::evidence::Evidence;
 use diagnosis::frame::Attribution;
 use diagnosis::hint::fault_summary;
-use diagnosis::stacks::{
-    Focus, Outcome, StackReport, describe_batch_wait, describe_spot, per_call_text, thread_line,
+use diagnosis::stack_report::{
+    Focus, ReadOutcome, StackReport, describe_batch_wait, describe_spot, per_call_text, thread_line,
 };
 use diagnosis::{Event, GpuStatus, Phase, Verdict};
 
@@ -196,7 +196,7 @@ fn verdict_line(g: &GpuStatus) -> String {
 /// A stack report as lines: what was read, the hot places, and each
 /// thread's place (for every thread only when `all_threads`).
 pub fn stack_lines(r: &StackReport, all_threads: bool) -> Vec<String> {
-    if r.outcome != Outcome::Sampled {
+    if r.outcome != ReadOutcome::Sampled {
         return vec![format!("Python stacks: none ({})", r.summary)];
     }
     let version = r

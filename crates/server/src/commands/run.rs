@@ -27,7 +27,7 @@ use crate::sampling::asked::ThreadViews;
 use crate::sampling::bodies::MetricsBodies;
 use crate::sampling::privileges::PrivilegesCheck;
 use crate::sampling::sampler::Sampler;
-use crate::sampling::stacks::{Stacks, Trigger};
+use crate::sampling::stack_bursts::{Stacks, Trigger};
 
 /// Exit status for a configuration the daemon cannot use.
 pub const EXIT_CONFIG: u8 = 2;

@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use diagnosis::stacks::{Focus, Outcome};
+use diagnosis::stack_report::{Focus, ReadOutcome};
 
 use crate::cli::StacksArgs;
 use crate::commands::{report, run};
@@ -44,7 +44,7 @@ pub fn main(args: StacksArgs) -> ExitCode {
     };
     // A closed pipe (`| head`) is not an error worth a panic.
     let _ = writeln!(std::io::stdout().lock(), "{text}");
-    if report.outcome == Outcome::Sampled {
+    if report.outcome == ReadOutcome::Sampled {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(EXIT_UNREADABLE)

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use collector::CollectError;
 use collector::collector::Collector;
-use collector::kubelet::{CallLimits, KubeletOptions};
-use collector::proc::user::{UserLabel, UserOptions};
+use collector::identity::kubelet::{CallLimits, KubeletOptions};
+use collector::identity::user::{UserLabel, UserOptions};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

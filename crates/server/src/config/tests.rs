@@ -258,7 +258,10 @@ fn identity_and_kubernetes_settings_are_checked() {
         assert!(err.contains(key), "{text}: {err}");
     }
     let c = parse("[identity]\nuser_label = \"uid\"\npasswd_file = \"\"\n[kubernetes]\npod_resources_socket = \"\"\n").unwrap();
-    assert_eq!(c.identity.user_label, collector::proc::user::UserLabel::Uid);
+    assert_eq!(
+        c.identity.user_label,
+        collector::identity::user::UserLabel::Uid
+    );
     assert_eq!(
         c.kubernetes.options(),
         None,

@@ -6,9 +6,9 @@ use std::io::{BufRead, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use collector::stacks::{BurstOptions, Limit, Sampled, StackReader, Unavailable};
-use diagnosis::stacks::{
-    Burst, CodeFrame, Focus, Outcome, StackReport, ThreadRead, aggregate, unavailable,
+use collector::stack_reader::{BurstOptions, Limit, Sampled, StackReader, Unavailable};
+use diagnosis::stack_report::{
+    Burst, CodeFrame, Focus, ReadOutcome, StackReport, ThreadRead, aggregate, unavailable,
 };
 
 use super::limits;
@@ -30,7 +30,7 @@ pub fn to_report(
     focus: Focus,
     result: Result<Sampled, Unavailable>,
     started: f64,
-    budgets: &collector::stacks::Budgets,
+    budgets: &collector::stack_reader::Budgets,
 ) -> StackReport {
     match result {
         Ok(burst) => {
@@ -88,14 +88,14 @@ pub fn to_report(
         }
         Err(why) => {
             let (outcome, limit) = match &why {
-                Unavailable::NotPython(_) => (Outcome::NotPython, None),
-                Unavailable::UnsupportedPython(_) => (Outcome::UnsupportedPython, None),
-                Unavailable::FreeThreaded(_) => (Outcome::FreeThreaded, None),
-                Unavailable::NoThreads(_) => (Outcome::NoThreads, None),
-                Unavailable::NoPermission(_) => (Outcome::NoPermission, None),
-                Unavailable::Exited(_) => (Outcome::Exited, None),
-                Unavailable::OverBudget(limit, _) => (Outcome::OverBudget, Some(*limit)),
-                Unavailable::Failed(_) => (Outcome::Failed, None),
+                Unavailable::NotPython(_) => (ReadOutcome::NotPython, None),
+                Unavailable::UnsupportedPython(_) => (ReadOutcome::UnsupportedPython, None),
+                Unavailable::FreeThreaded(_) => (ReadOutcome::FreeThreaded, None),
+                Unavailable::NoThreads(_) => (ReadOutcome::NoThreads, None),
+                Unavailable::NoPermission(_) => (ReadOutcome::NoPermission, None),
+                Unavailable::Exited(_) => (ReadOutcome::Exited, None),
+                Unavailable::OverBudget(limit, _) => (ReadOutcome::OverBudget, Some(*limit)),
+                Unavailable::Failed(_) => (ReadOutcome::Failed, None),
             };
             let mut report = unavailable(pid, outcome, why.detail().to_owned(), started);
             report.focus = focus;

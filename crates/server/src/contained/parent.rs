@@ -9,8 +9,8 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use collector::stacks::{Budgets, Limit, start_ticks};
-use diagnosis::stacks::{Focus, Outcome, StackReport, unavailable};
+use collector::stack_reader::{Budgets, Limit, start_ticks};
+use diagnosis::stack_report::{Focus, ReadOutcome, StackReport, unavailable};
 
 use super::backoff::BackOff;
 use super::child::limit_name;
@@ -208,7 +208,7 @@ impl ContainedReader {
         {
             let mut report = unavailable(
                 pid,
-                Outcome::BackedOff,
+                ReadOutcome::BackedOff,
                 format!(
                     "pid {pid} is read again in {} s: its last read was refused ({})",
                     wait.left.as_secs().max(1),
@@ -221,11 +221,13 @@ impl ContainedReader {
         }
         let report = self.burst(pid, focus, rate_hz, duration, started);
         if let Some(ticks) = ticks {
-            let refused = matches!(report.outcome, Outcome::OverBudget | Outcome::Failed)
-                || report
-                    .limits
-                    .iter()
-                    .any(|l| *l == limit_name(Limit::ThreadCycle));
+            let refused = matches!(
+                report.outcome,
+                ReadOutcome::OverBudget | ReadOutcome::Failed
+            ) || report
+                .limits
+                .iter()
+                .any(|l| *l == limit_name(Limit::ThreadCycle));
             if refused {
                 let wait = self
                     .backoff
@@ -237,7 +239,7 @@ impl ContainedReader {
                     wait.as_secs(),
                     report.summary
                 );
-            } else if report.outcome == Outcome::Sampled {
+            } else if report.outcome == ReadOutcome::Sampled {
                 self.backoff.read(pid);
             }
         }
@@ -253,12 +255,12 @@ impl ContainedReader {
         started: f64,
     ) -> StackReport {
         let failed = |detail: String| {
-            let mut r = unavailable(pid, Outcome::Failed, detail, started);
+            let mut r = unavailable(pid, ReadOutcome::Failed, detail, started);
             r.focus = focus;
             r
         };
         let over = |limit: Limit, detail: String| {
-            let mut r = unavailable(pid, Outcome::OverBudget, detail, started);
+            let mut r = unavailable(pid, ReadOutcome::OverBudget, detail, started);
             r.focus = focus;
             r.limits = vec![limit_name(limit)];
             r

@@ -1,8 +1,8 @@
 //! What the daemon and its stack reader say to each other: one JSON object
 //! a line, a request down the child's stdin, replies up its stdout.
 
-use collector::stacks::Budgets;
-use diagnosis::stacks::{Focus, StackReport};
+use collector::stack_reader::Budgets;
+use diagnosis::stack_report::{Focus, StackReport};
 use serde::{Deserialize, Serialize};
 
 /// Longest request line the child accepts.

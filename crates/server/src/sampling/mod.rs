@@ -10,4 +10,4 @@ pub mod gzip;
 pub mod history;
 pub mod privileges;
 pub mod sampler;
-pub mod stacks;
+pub mod stack_bursts;

@@ -27,7 +27,7 @@ use crate::sampling::bodies::MetricsBodies;
 use crate::sampling::frame;
 use crate::sampling::history::{History, SharedHistory};
 use crate::sampling::privileges::PrivilegesCheck;
-use crate::sampling::stacks::{self, Trigger};
+use crate::sampling::stack_bursts::{self, Trigger};
 
 /// The latest snapshot, the diagnosis made from it, and when it finished;
 /// with the history it was added to (the same one for every sample).
@@ -142,7 +142,7 @@ impl Sampler {
         events.iter().for_each(log_event);
         cost::charge(Stage::Diagnosis);
         for (event, report) in &amended {
-            stacks::log_stacks(event, report);
+            stack_bursts::log_stacks(event, report);
         }
         if let Some(trigger) = &mut self.stacks {
             // The episodes' bursts first: short reads take the thread only

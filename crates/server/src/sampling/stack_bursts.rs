@@ -13,8 +13,8 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use collector::stacks::in_jobs;
-use diagnosis::stacks::{Focus, Outcome, StackReport, unavailable};
+use collector::stack_reader::in_jobs;
+use diagnosis::stack_report::{Focus, ReadOutcome, StackReport, unavailable};
 use diagnosis::{Engine, Event, GpuStatus};
 
 use crate::config::StacksConfig;
@@ -126,7 +126,7 @@ impl Stacks {
                     {
                         unavailable(
                             request.pid,
-                            Outcome::NotWatched,
+                            ReadOutcome::NotWatched,
                             format!(
                                 "pid {} is not part of a GPU job stallwatch watches; run \
                                  `stallwatch stacks {}` on the host instead",

@@ -23,7 +23,7 @@ struct Seen {
 }
 
 #[derive(Debug, Default)]
-pub struct Ledger {
+pub struct XidCounts {
     counts: HashMap<String, BTreeMap<u32, u64>>,
     last: HashMap<String, XidRecord>,
     /// The latest fatal Xid (the Xids that follow one, such as 45, do not
@@ -34,7 +34,7 @@ pub struct Ledger {
 
 /// What became of a report.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub enum XidReportFate {
     Counted {
         uuid: String,
     },
@@ -46,11 +46,11 @@ pub enum Outcome {
     NoGpu,
 }
 
-impl Ledger {
-    pub fn record(&mut self, r: XidReport, gpus: &[GpuSample]) -> Outcome {
+impl XidCounts {
+    pub fn record(&mut self, r: XidReport, gpus: &[GpuSample]) -> XidReportFate {
         let Some(gpu) = find_gpu(&r.gpu, gpus) else {
             tracing::warn!(xid = r.xid, gpu = ?r.gpu, "Xid error on a GPU that NVML does not list; not counted");
-            return Outcome::NoGpu;
+            return XidReportFate::NoGpu;
         };
         let uuid = gpu.uuid.clone();
         self.recent
@@ -75,7 +75,7 @@ impl Ledger {
                     last.detail.clone_from(&r.detail);
                 }
             }
-            return Outcome::Duplicate { uuid };
+            return XidReportFate::Duplicate { uuid };
         }
         let (meaning, action) = super::xid::describe(r.xid);
         tracing::warn!(
@@ -114,7 +114,7 @@ impl Ledger {
             self.last_fatal.insert(uuid.clone(), record.clone());
         }
         self.last.insert(uuid.clone(), record);
-        Outcome::Counted { uuid }
+        XidReportFate::Counted { uuid }
     }
 
     /// Writes the counts and the latest Xid of every GPU into its sample.
@@ -200,7 +200,7 @@ mod tests {
     #[test]
     fn both_sources_count_once_and_repeats_count_again() {
         let gpus = gpus();
-        let mut l = Ledger::default();
+        let mut l = XidCounts::default();
         let nvml = |at| {
             report(
                 at,
@@ -213,25 +213,25 @@ mod tests {
         let line = |at| report(at, pci(0x10), 48, FaultSource::KernelLog, Some(42));
         assert!(matches!(
             l.record(nvml(100.0), &gpus),
-            Outcome::Counted { .. }
+            XidReportFate::Counted { .. }
         ));
         assert!(matches!(
             l.record(line(100.5), &gpus),
-            Outcome::Duplicate { .. }
+            XidReportFate::Duplicate { .. }
         ));
         // The same Xid again: counted again, and its twin dropped again.
         assert!(matches!(
             l.record(line(103.0), &gpus),
-            Outcome::Counted { .. }
+            XidReportFate::Counted { .. }
         ));
         assert!(matches!(
             l.record(nvml(103.2), &gpus),
-            Outcome::Duplicate { .. }
+            XidReportFate::Duplicate { .. }
         ));
         // Long after: no twin left.
         assert!(matches!(
             l.record(nvml(200.0), &gpus),
-            Outcome::Counted { .. }
+            XidReportFate::Counted { .. }
         ));
         let mut out = gpus.clone();
         l.apply(&mut out);
@@ -272,7 +272,7 @@ mod tests {
     #[test]
     fn a_kernel_line_after_the_event_names_the_process() {
         let gpus = gpus();
-        let mut l = Ledger::default();
+        let mut l = XidCounts::default();
         l.record(
             report(
                 1.0,
@@ -297,7 +297,7 @@ mod tests {
     #[test]
     fn two_lines_from_one_source_are_two_xids_and_unknown_gpus_are_dropped() {
         let gpus = gpus();
-        let mut l = Ledger::default();
+        let mut l = XidCounts::default();
         l.record(
             report(1.0, pci(0x10), 13, FaultSource::KernelLog, Some(5)),
             &gpus,
@@ -311,7 +311,7 @@ mod tests {
                 report(1.0, pci(0x99), 13, FaultSource::KernelLog, None),
                 &gpus
             ),
-            Outcome::NoGpu
+            XidReportFate::NoGpu
         );
         let mut out = gpus.clone();
         l.apply(&mut out);

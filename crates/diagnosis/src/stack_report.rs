@@ -23,7 +23,7 @@ pub enum Focus {
 /// How a burst ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Outcome {
+pub enum ReadOutcome {
     Sampled,
     NotPython,
     UnsupportedPython,
@@ -47,7 +47,7 @@ pub enum Outcome {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StackReport {
     pub pid: u32,
-    pub outcome: Outcome,
+    pub outcome: ReadOutcome,
     /// What the summary is about: the busy work, or every thread.
     pub focus: Focus,
     /// Plain words: why there are no stacks, or what limited them.
@@ -182,7 +182,7 @@ const BUSY_THREAD_SHARE: f64 = 0.1;
 const SUMMARY_THREADS: usize = 4;
 
 /// A report without stacks, saying why.
-pub fn unavailable(pid: u32, outcome: Outcome, detail: String, time: f64) -> StackReport {
+pub fn unavailable(pid: u32, outcome: ReadOutcome, detail: String, time: f64) -> StackReport {
     StackReport {
         pid,
         outcome,
@@ -739,7 +739,7 @@ pub fn aggregate(burst: &Burst, focus: Focus) -> StackReport {
         .collect();
     let mut report = StackReport {
         pid: burst.pid,
-        outcome: Outcome::Sampled,
+        outcome: ReadOutcome::Sampled,
         focus,
         detail: (burst.dropped > 0).then(|| {
             format!(

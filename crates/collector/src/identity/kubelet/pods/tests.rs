@@ -1,5 +1,5 @@
 use super::*;
-use crate::kubelet::proto::{ContainerDevices, ContainerResources, PodResources};
+use crate::identity::kubelet::proto::{ContainerDevices, ContainerResources, PodResources};
 use crate::sample::{Attribution, MigIdentity, ProcessId, ProcessSample};
 
 const GPU0: &str = "GPU-00000000-0000-0000-0000-000000000000";

@@ -5,9 +5,9 @@ mod script;
 
 use diagnosis::evidence::Evidence;
 use diagnosis::hint::with_context;
-use diagnosis::stacks::StackReport;
-use diagnosis::stacks::{
-    Burst, CodeFrame, Focus, Outcome, ThreadRead, aggregate, describe_spot, unavailable,
+use diagnosis::stack_report::StackReport;
+use diagnosis::stack_report::{
+    Burst, CodeFrame, Focus, ReadOutcome, ThreadRead, aggregate, describe_spot, unavailable,
 };
 use diagnosis::{Kind, Phase};
 use script::{Run, frame, job};
@@ -59,7 +59,7 @@ fn main_waiting() -> Vec<CodeFrame> {
     ]
 }
 
-fn report(reads: &[Vec<ThreadRead>], focus: Focus) -> diagnosis::stacks::StackReport {
+fn report(reads: &[Vec<ThreadRead>], focus: Focus) -> diagnosis::stack_report::StackReport {
     aggregate(
         &Burst {
             pid: 100,
@@ -91,7 +91,7 @@ fn the_hot_place_names_the_library_call_and_the_users_line_with_its_share() {
         })
         .collect();
     let r = report(&reads, Focus::Busy);
-    assert_eq!(r.outcome, Outcome::Sampled);
+    assert_eq!(r.outcome, ReadOutcome::Sampled);
     assert_eq!(r.samples, 200);
     let top = &r.hot[0];
     assert_eq!(top.function, "PIL.ImageFile.ImageFile.load");
@@ -376,7 +376,7 @@ fn stacks_end_with_the_episode_and_a_new_one_wants_new_stacks() {
     run.feed(0, 200, starved(100));
     let report = unavailable(
         100,
-        Outcome::NotPython,
+        ReadOutcome::NotPython,
         "pid 100 (java) is not a Python process".into(),
         200.0,
     );
@@ -402,7 +402,7 @@ fn stacks_end_with_the_episode_and_a_new_one_wants_new_stacks() {
             .attach_stacks(
                 0,
                 "GPU-0",
-                unavailable(100, Outcome::Exited, "gone".into(), 400.0)
+                unavailable(100, ReadOutcome::Exited, "gone".into(), 400.0)
             )
             .is_empty()
     );
@@ -414,7 +414,7 @@ fn stacks_end_with_the_episode_and_a_new_one_wants_new_stacks() {
 fn a_report_for_an_unknown_gpu_is_dropped() {
     let mut run = Run::default();
     run.feed(0, 200, starved(100));
-    let r = unavailable(100, Outcome::Exited, "gone".into(), 0.0);
+    let r = unavailable(100, ReadOutcome::Exited, "gone".into(), 0.0);
     assert!(
         run.engine
             .attach_stacks(0, "GPU-other", r.clone())

@@ -4,7 +4,7 @@
 use std::process::{Child, Command};
 use std::time::Duration;
 
-use collector::stacks::{BurstOptions, StackReader, Unavailable};
+use collector::stack_reader::{BurstOptions, StackReader, Unavailable};
 
 struct Kill(Child);
 
