@@ -16,6 +16,18 @@ impl Sample {
     pub fn label(&self, name: &str) -> &str {
         self.labels.get(name).map_or("", String::as_str)
     }
+
+    /// A sample of these labels, as the tests of what reads answers write one.
+    #[cfg(test)]
+    pub fn of(labels: &[(&str, &str)], value: f64) -> Sample {
+        Sample {
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            value,
+        }
+    }
 }
 
 /// What the queries returned.

@@ -1,13 +1,7 @@
 use super::*;
 
 fn sample(labels: &[(&str, &str)], value: f64) -> Sample {
-    Sample {
-        labels: labels
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-        value,
-    }
+    Sample::of(labels, value)
 }
 
 /// GPU-hours lost at a place by an owner.
