@@ -115,12 +115,13 @@ impl LostPlaces {
         cause
     }
 
-    /// Books the lost seconds of each state to its cause.
-    pub(super) fn book(&mut self, deltas: [f64; LOST.len()], causes: &[Cause], t: f64) {
+    /// Books the lost seconds of each state to its cause (one for each
+    /// state that gained seconds).
+    pub(super) fn book(&mut self, deltas: [f64; LOST.len()], causes: &[Option<Cause>], t: f64) {
         for ((state, seconds), cause) in LOST.into_iter().zip(deltas).zip(causes) {
-            if seconds <= 0.0 {
+            let Some(cause) = cause.as_ref().filter(|_| seconds > 0.0) else {
                 continue;
-            }
+            };
             match &cause.at {
                 Some(at) => self.out.push(Booking {
                     state,

@@ -202,18 +202,11 @@ impl GpuState {
             .filter(|(i, _)| self.episodes[*i].is_active())
             .map(|(_, k)| k)
             .collect();
-        let causes: Vec<Cause> = LOST
+        let causes: Vec<Option<Cause>> = LOST
             .into_iter()
             .zip(deltas)
             .map(|(state, d)| {
-                if d > 0.0 {
-                    self.lost.cause(state, &active, self.stacks.as_ref())
-                } else {
-                    Cause {
-                        kind: state.as_str(),
-                        at: None,
-                    }
-                }
+                (d > 0.0).then(|| self.lost.cause(state, &active, self.stacks.as_ref()))
             })
             .collect();
         self.lost.book(deltas, &causes, self.last_t.unwrap_or(0.0));

@@ -381,7 +381,7 @@ fn costliest_lines(status: &StatusResponse) -> Vec<String> {
         };
         let call = p
             .call_seconds
-            .map(|c| format!(", about {} a call", call_duration(c)))
+            .map(|c| format!(", about {} a call", diagnosis::calls::seconds_text(c)))
             .unwrap_or_default();
         let gpus = if p.gpus == 1 {
             String::new()
@@ -413,15 +413,6 @@ fn costliest_lines(status: &StatusResponse) -> Vec<String> {
         ));
     }
     out
-}
-
-/// `420 ms`, `2.5 s`.
-fn call_duration(seconds: f64) -> String {
-    if seconds < 1.0 {
-        format!("{:.0} ms", seconds * 1000.0)
-    } else {
-        format!("{seconds:.1} s")
-    }
 }
 
 fn unplaced_words(reason: diagnosis::ledger::Unplaced) -> &'static str {
