@@ -26,6 +26,9 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+import standin_gpu  # noqa: E402  (tests/e2e/standin_gpu.py)
+
 RELEASE = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "release"
 BINARY = RELEASE / "stallwatch"
 FAKE_NVML = RELEASE / "libnvidia_ml.so"
@@ -348,31 +351,20 @@ STATES = {
 
 
 def gpu(index, pids, state=None):
-    """A scenario GPU like tests/e2e/daemon.py's, held by the processes
-    `pids`, in `state` (a key of STATES)."""
+    """A stand-in GPU (tests/e2e/standin_gpu.py) held by the processes `pids`,
+    in `state` (a key of STATES), its memory nearly full."""
     util, mem_util, sm_util, power = STATES[state]
-    return {
-        "uuid": f"GPU-00000000-0000-0000-0000-00000000000{index}",
-        "name": "NVIDIA H100 80GB HBM3",
-        "pci_bus_id": f"00000000:{0x17 + index:02X}:00.0",
-        "utilization_gpu": util,
-        "utilization_memory": mem_util,
-        "memory_total_bytes": 85899345920,
-        "memory_used_bytes": 75161927680,
-        "temperature_c": 50,
-        "power_mw": power,
-        "power_limit_mw": 700000,
-        "energy_mj": 1000000,
-        "sm_clock_mhz": 1980,
-        "memory_clock_mhz": 2619,
-        "clock_event_reasons": 0,
-        "pcie_tx_kbps": 1000,
-        "pcie_rx_kbps": 2000,
-        "processes": [
+    return standin_gpu.gpu(
+        index,
+        utilization_gpu=util,
+        utilization_memory=mem_util,
+        memory_used_bytes=75161927680,
+        power_mw=power,
+        processes=[
             {"pid": pid, "used_memory_bytes": 70 * 2**30 // len(pids), "sm_util": sm_util, "mem_util": mem_util // 2}
             for pid in pids
         ],
-    }
+    )
 
 
 def scenario(leaders, state=None):

@@ -12,6 +12,7 @@ import urllib.request
 from pathlib import Path
 
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
+from standin_gpu import gpu  # noqa: F401  (the tests take it from here)
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "debug"
@@ -63,31 +64,6 @@ def write_json_atomically(path, value):
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(value))
     os.replace(tmp, path)
-
-
-def gpu(index, **fields):
-    """A scenario GPU with realistic defaults."""
-    base = {
-        "uuid": f"GPU-00000000-0000-0000-0000-00000000000{index}",
-        "name": "NVIDIA H100 80GB HBM3",
-        "pci_bus_id": f"00000000:{0x17 + index:02X}:00.0",
-        "utilization_gpu": 50,
-        "utilization_memory": 20,
-        "memory_total_bytes": 85899345920,
-        "memory_used_bytes": 1073741824,
-        "temperature_c": 50,
-        "power_mw": 200000,
-        "power_limit_mw": 700000,
-        "energy_mj": 1000000,
-        "sm_clock_mhz": 1980,
-        "memory_clock_mhz": 2619,
-        "clock_event_reasons": 0,
-        "pcie_tx_kbps": 1000,
-        "pcie_rx_kbps": 2000,
-        "processes": [],
-    }
-    base.update(fields)
-    return base
 
 
 class Metrics:
