@@ -38,9 +38,3 @@ impl Meter {
         (self.0)(work)
     }
 }
-
-impl Default for Meter {
-    fn default() -> Meter {
-        Meter::NONE
-    }
-}
