@@ -4,12 +4,12 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Instant, SystemTime};
 
-use crate::cost::{Stage, charge};
 use crate::error::CollectError;
 use crate::faults::{FaultFeed, FaultOptions};
 use crate::gpu::{GpuOptions, GpuSource};
 use crate::identity::kubelet::{Kubelet, KubeletOptions};
 use crate::identity::user::UserOptions;
+use crate::meter::{Meter, Work};
 use crate::proc::ProcReader;
 use crate::sample::faults::KernelLogState;
 use crate::sample::{ErrorCounts, GpuReadout, Sample};
@@ -21,18 +21,23 @@ pub struct Collector {
     proc: ProcReader,
     faults: Option<FaultFeed>,
     kubelet: Option<Kubelet>,
+    /// Told as each piece of the collector's work ends, on its thread.
+    meter: Meter,
     /// Which jobs' threads the next sample reads.
     thread_reads: ThreadReads,
     samples: u64,
 }
 
 impl Collector {
-    pub fn new(gpu: GpuOptions, procfs_root: PathBuf) -> Result<Self, CollectError> {
+    /// A collector whose threads (the sampler's included) tell `meter` of
+    /// each piece of work they finish.
+    pub fn new(gpu: GpuOptions, procfs_root: PathBuf, meter: Meter) -> Result<Self, CollectError> {
         Ok(Collector {
             proc: ProcReader::new(procfs_root)?,
-            gpu: GpuSource::start(gpu)?,
+            gpu: GpuSource::start(gpu, meter)?,
             faults: None,
             kubelet: None,
+            meter,
             thread_reads: ThreadReads::default(),
             samples: 0,
         })
@@ -74,14 +79,14 @@ impl Collector {
     /// Also asks the kubelet which pod holds each GPU, on a thread of its
     /// own.
     pub fn with_kubelet(mut self, options: KubeletOptions) -> Result<Self, CollectError> {
-        self.kubelet = Some(Kubelet::start(options)?);
+        self.kubelet = Some(Kubelet::start(options, self.meter)?);
         Ok(self)
     }
 
     /// Also watches for GPU faults: NVML events and the kernel log, on
     /// threads of their own.
     pub fn with_faults(mut self, options: FaultOptions) -> Result<Self, CollectError> {
-        self.faults = Some(FaultFeed::start(options)?);
+        self.faults = Some(FaultFeed::start(options, self.meter)?);
         Ok(self)
     }
 
@@ -110,7 +115,7 @@ impl Collector {
             .filter(|(_, r)| r.is_none())
             .map(|(pid, _)| *pid)
             .collect();
-        charge(Stage::Nvml);
+        self.meter.finished(Work::Nvml);
         let mut jobs = self.proc.read_jobs_carrying(&holders, &carry, &mut errors);
         let mut thread_reads = ThreadReadCounts::default();
         for job in &jobs {
@@ -127,7 +132,7 @@ impl Collector {
             .as_mut()
             .map(|k| k.attribute(&gpu.gpus, &mut jobs));
         let host = self.proc.read_host(&mut errors);
-        charge(Stage::Proc);
+        self.meter.finished(Work::Proc);
         Sample {
             timestamp_seconds,
             duration_seconds: started.elapsed().as_secs_f64(),

@@ -59,7 +59,6 @@ pub fn derive(prev: Option<(&Sample, &Snapshot)>, cur: &Sample) -> Snapshot {
     Snapshot {
         timestamp_seconds: cur.timestamp_seconds,
         interval_seconds: interval,
-        sample_duration_seconds: cur.duration_seconds,
         nvml_up: cur.gpu.nvml_up,
         gpu_stale: cur.gpu.stale,
         gpu_read_at_seconds: cur.gpu.read_at_seconds,
@@ -72,7 +71,6 @@ pub fn derive(prev: Option<(&Sample, &Snapshot)>, cur: &Sample) -> Snapshot {
         kernel_log: cur.kernel_log,
         kubernetes: cur.kubernetes.clone(),
         thread_reads_total,
-        own_cost: Default::default(),
     }
 }
 

@@ -6,12 +6,12 @@
 //! [`snapshot::Snapshot`], which is all the rest of the program reads.
 
 pub mod collector;
-pub mod cost;
 pub mod delta;
 pub mod error;
 pub mod faults;
 pub mod gpu;
 pub mod identity;
+pub mod meter;
 pub mod proc;
 pub mod sample;
 pub mod snapshot;

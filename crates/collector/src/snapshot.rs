@@ -13,7 +13,6 @@ pub struct Snapshot {
     pub timestamp_seconds: f64,
     /// Seconds since the previous sample; `None` for the first one.
     pub interval_seconds: Option<f64>,
-    pub sample_duration_seconds: f64,
     pub nvml_up: bool,
     /// GPU data was not refreshed by the latest sample (a hung NVML call).
     pub gpu_stale: bool,
@@ -37,10 +36,6 @@ pub struct Snapshot {
     /// them, since the daemon started.
     #[serde(default)]
     pub thread_reads_total: crate::sample::reads::ThreadReadCounts,
-    /// The daemon's own CPU by stage and memory, read as the sample ended
-    /// (set by the sampler).
-    #[serde(default)]
-    pub own_cost: crate::cost::OwnCost,
 }
 
 impl Snapshot {

@@ -24,6 +24,7 @@ use collector::sample::{
 use collector::snapshot::Snapshot;
 use diagnosis::{DiagnosisConfig, Engine, GpuStatus};
 use stallwatch::metrics::{Format, Scrape, render};
+use stallwatch::own_cost::SampleCost;
 use stallwatch::sampling::bodies::MetricsBodies;
 use stallwatch::sampling::frame;
 
@@ -270,8 +271,13 @@ fn main() {
     let frame1 = frame::from_snapshot(&snap1);
     engine.observe(&frame1);
     let diagnosis: Arc<Vec<GpuStatus>> = Arc::new(engine.status());
+    let cost = Arc::new(SampleCost {
+        duration_seconds: s1.duration_seconds,
+        ..Default::default()
+    });
     let scrape = || Scrape {
         snapshot: snap1.clone(),
+        cost: cost.clone(),
         diagnosis: diagnosis.clone(),
         max_processes: MAX_PROCESSES,
     };

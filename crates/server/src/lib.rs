@@ -12,4 +12,5 @@ pub mod http;
 pub mod logging;
 pub mod metrics;
 pub mod notify;
+pub mod own_cost;
 pub mod sampling;

@@ -23,6 +23,7 @@ use nvml_wrapper::struct_wrappers::event::EventData;
 use nvml_wrapper::{Device, Nvml};
 
 use super::report::{GpuRef, XidReport};
+use crate::meter::{Meter, Work};
 use crate::sample::faults::FaultSource;
 use crate::time::unix_seconds;
 
@@ -46,7 +47,7 @@ fn wanted() -> EventTypes {
         | EventTypes::DOUBLE_BIT_ECC_ERROR
 }
 
-pub fn run(library: Option<PathBuf>, wait: Duration, tx: Sender<XidReport>) {
+pub fn run(library: Option<PathBuf>, wait: Duration, tx: Sender<XidReport>, meter: Meter) {
     let mut backoff = FIRST_RETRY;
     let mut logged: Option<String> = None;
     loop {
@@ -71,7 +72,7 @@ pub fn run(library: Option<PathBuf>, wait: Duration, tx: Sender<XidReport>) {
                     }
                     None => logged = None,
                 }
-                match watch(&nvml, wait, &tx) {
+                match watch(&nvml, wait, &tx, meter) {
                     Err(()) => return, // the sampler is gone
                     // A session that waited on sets starts the backoff over;
                     // one that never got that far (the driver is still not
@@ -133,7 +134,7 @@ impl Registered<'_> {
 
 /// Waits on the set until NVML must be initialised again (`Ok`, with
 /// whether a set was waited on) or the receiver is gone (`Err`).
-fn watch(nvml: &Nvml, wait: Duration, tx: &Sender<XidReport>) -> Result<bool, ()> {
+fn watch(nvml: &Nvml, wait: Duration, tx: &Sender<XidReport>, meter: Meter) -> Result<bool, ()> {
     let mut registered: Option<Registered> = None;
     let mut next_register = Instant::now();
     let mut had_set = false;
@@ -164,12 +165,12 @@ fn watch(nvml: &Nvml, wait: Duration, tx: &Sender<XidReport>) -> Result<bool, ()
             }
         }
         let Some(reg) = &registered else {
-            crate::cost::charge(crate::cost::Stage::Nvml);
+            meter.finished(Work::Nvml);
             std::thread::sleep(wait);
             continue;
         };
         had_set = true;
-        crate::cost::charge(crate::cost::Stage::Nvml);
+        meter.finished(Work::Nvml);
         match reg.set.wait(ms) {
             Ok(data) => {
                 if let Some(report) = report(&reg.members, &data) {

@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use super::kmsg::{MAX_LINE, parse_line};
 use super::report::{GpuRef, XidReport};
+use crate::meter::{Meter, Work};
 use crate::sample::faults::FaultSource;
 use crate::time::unix_seconds;
 
@@ -28,7 +29,7 @@ const POLL: Duration = Duration::from_millis(250);
 const REOPEN: Duration = Duration::from_secs(60);
 const EPIPE: i32 = 32;
 
-pub fn run(path: PathBuf, tx: Sender<XidReport>, state: Arc<AtomicU8>) {
+pub fn run(path: PathBuf, tx: Sender<XidReport>, state: Arc<AtomicU8>, meter: Meter) {
     let mut logged_failure: Option<String> = None;
     loop {
         match open(&path) {
@@ -38,7 +39,7 @@ pub fn run(path: PathBuf, tx: Sender<XidReport>, state: Arc<AtomicU8>) {
                     tracing::info!(path = %path.display(), "kernel log readable again");
                 }
                 tracing::debug!(path = %path.display(), "following the kernel log for Xid errors");
-                if follow(file, &tx).is_err() {
+                if follow(file, &tx, meter).is_err() {
                     return; // the sampler is gone
                 }
             }
@@ -80,11 +81,11 @@ fn open(path: &Path) -> std::io::Result<File> {
 
 /// Reads until an error that needs a reopen (`Ok`), or until the receiver
 /// is gone (`Err`).
-fn follow(mut file: File, tx: &Sender<XidReport>) -> Result<(), ()> {
+fn follow(mut file: File, tx: &Sender<XidReport>, meter: Meter) -> Result<(), ()> {
     let mut buf = vec![0u8; 16 * 1024];
     let mut lines = Lines::default();
     loop {
-        crate::cost::charge(crate::cost::Stage::Faults);
+        meter.finished(Work::Faults);
         match file.read(&mut buf) {
             Ok(0) => std::thread::sleep(POLL),
             Ok(n) => {

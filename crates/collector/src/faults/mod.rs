@@ -24,6 +24,7 @@ use std::sync::mpsc::{self, Receiver};
 use std::time::Duration;
 
 use crate::error::CollectError;
+use crate::meter::Meter;
 use crate::sample::GpuSample;
 pub use crate::sample::faults::{FaultSource, KernelLogState};
 pub use kmsg::PciAddr;
@@ -55,7 +56,7 @@ pub struct FaultFeed {
 }
 
 impl FaultFeed {
-    pub fn start(options: FaultOptions) -> Result<Self, CollectError> {
+    pub fn start(options: FaultOptions, meter: Meter) -> Result<Self, CollectError> {
         let (tx, reports) = mpsc::channel();
         let kernel_log = Arc::new(AtomicU8::new(0));
         if let Some(path) = options.kernel_log.clone() {
@@ -63,7 +64,7 @@ impl FaultFeed {
             let state = kernel_log.clone();
             std::thread::Builder::new()
                 .name("kernel-log".into())
-                .spawn(move || kernel_log::run(path, tx, state))
+                .spawn(move || kernel_log::run(path, tx, state, meter))
                 .map_err(CollectError::Thread)?;
         }
         if options.nvml_events {
@@ -71,7 +72,7 @@ impl FaultFeed {
             let wait = options.event_wait;
             std::thread::Builder::new()
                 .name("nvml-events".into())
-                .spawn(move || events::run(library, wait, tx))
+                .spawn(move || events::run(library, wait, tx, meter))
                 .map_err(CollectError::Thread)?;
         }
         Ok(FaultFeed {

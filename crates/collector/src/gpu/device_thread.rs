@@ -15,6 +15,7 @@ use super::device::{DeviceMemo, read_device};
 use super::mig::{MigMemos, read_instances, split_shares};
 use super::older::Calls;
 use crate::error::CollectError;
+use crate::meter::{Meter, Work};
 use crate::sample::{ErrorCounts, GpuSample};
 
 /// A request to read GPU `index`, in reading `round`.
@@ -57,10 +58,11 @@ pub fn spawn(
     index: u32,
     requests: Receiver<Request>,
     replies: SyncSender<Reply>,
+    meter: Meter,
 ) -> Result<(), CollectError> {
     std::thread::Builder::new()
         .name(format!("nvml-gpu{index}"))
-        .spawn(move || run(index, requests, replies))
+        .spawn(move || run(index, requests, replies, meter))
         .map(drop)
         .map_err(CollectError::Thread)
 }
@@ -85,7 +87,7 @@ impl Memos {
     }
 }
 
-fn run(index: u32, requests: Receiver<Request>, replies: SyncSender<Reply>) {
+fn run(index: u32, requests: Receiver<Request>, replies: SyncSender<Reply>, meter: Meter) {
     let mut memos = Memos::default();
     for request in requests {
         if !memos
@@ -105,7 +107,7 @@ fn run(index: u32, requests: Receiver<Request>, replies: SyncSender<Reply>) {
             reading,
             errors,
         };
-        crate::cost::charge(crate::cost::Stage::Nvml);
+        meter.finished(Work::Nvml);
         if replies.send(reply).is_err() {
             break;
         }

@@ -24,6 +24,7 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
 use std::time::Duration;
 
 use crate::error::CollectError;
+use crate::meter::Meter;
 use crate::sample::{ErrorCounts, ErrorSource, GpuReadout};
 pub use options::GpuOptions;
 
@@ -36,13 +37,13 @@ pub struct GpuSource {
 }
 
 impl GpuSource {
-    pub fn start(options: GpuOptions) -> Result<Self, CollectError> {
+    pub fn start(options: GpuOptions, meter: Meter) -> Result<Self, CollectError> {
         let (requests, request_rx) = mpsc::sync_channel::<()>(1);
         let (reply_tx, replies) = mpsc::sync_channel(1);
         let timeout = options.timeout;
         std::thread::Builder::new()
             .name("nvml".into())
-            .spawn(move || worker::run(options, request_rx, reply_tx))
+            .spawn(move || worker::run(options, request_rx, reply_tx, meter))
             .map_err(CollectError::Thread)?;
         Ok(GpuSource {
             requests,

@@ -12,6 +12,7 @@ use nvml_wrapper::error::NvmlError;
 use super::device_thread::{self, Reading, Reply, Request};
 use super::older::Calls;
 use super::options::GpuOptions;
+use crate::meter::{Meter, Work};
 use crate::sample::{ErrorCounts, ErrorSource, GpuReadout, GpuSample};
 
 const FIRST_RETRY: Duration = Duration::from_secs(1);
@@ -47,12 +48,15 @@ struct Worker {
     backoff: Duration,
     /// The last init failure, logged once until it changes or NVML comes up.
     logged_failure: Option<String>,
+    /// Told as each reading ends (this thread's and each GPU's thread's).
+    meter: Meter,
 }
 
 pub fn run(
     options: GpuOptions,
     requests: Receiver<()>,
     replies: SyncSender<(GpuReadout, ErrorCounts)>,
+    meter: Meter,
 ) {
     let (reply_tx, reply_rx) = mpsc::sync_channel(MAX_GPUS);
     let mut worker = Worker {
@@ -67,6 +71,7 @@ pub fn run(
         next_attempt: Instant::now(),
         backoff: FIRST_RETRY,
         logged_failure: None,
+        meter,
     };
     for () in requests {
         let mut errors = ErrorCounts::default();
@@ -74,7 +79,7 @@ pub fn run(
         if replies.send((readout, errors)).is_err() {
             return;
         }
-        crate::cost::charge(crate::cost::Stage::Nvml);
+        meter.finished(Work::Nvml);
     }
 }
 
@@ -215,7 +220,7 @@ impl Worker {
     /// Starts the reading thread of GPU `index`; its request channel.
     fn start_thread(&self, index: usize, errors: &mut ErrorCounts) -> Option<SyncSender<Request>> {
         let (requests, request_rx) = mpsc::sync_channel(1);
-        match device_thread::spawn(index as u32, request_rx, self.reply_tx.clone()) {
+        match device_thread::spawn(index as u32, request_rx, self.reply_tx.clone(), self.meter) {
             Ok(()) => Some(requests),
             Err(err) => {
                 tracing::warn!(error = %err, gpu = index, "cannot start a GPU's reading thread");

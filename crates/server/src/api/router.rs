@@ -44,6 +44,7 @@ async fn metrics_handler(State(state): State<AppState>, headers: HeaderMap) -> R
     };
     let scrape = metrics::Scrape {
         snapshot: latest.snapshot,
+        cost: latest.cost,
         diagnosis: latest.diagnosis,
         max_processes: state.max_processes,
     };

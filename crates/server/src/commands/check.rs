@@ -6,7 +6,6 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use collector::collector::Collector;
-use collector::cost::{self, OwnCost, Stage};
 use collector::delta::derive;
 use collector::gpu::GpuOptions;
 use diagnosis::Engine;
@@ -16,6 +15,7 @@ use crate::cli::CheckArgs;
 use crate::commands::{report, run};
 use crate::config::Config;
 use crate::contained::ContainedReader;
+use crate::own_cost::{self, OwnCost, Stage};
 use crate::sampling::stack_bursts::SHORT_BURST;
 use crate::sampling::{frame, stack_bursts};
 use diagnosis::stack_report::Focus;
@@ -122,6 +122,7 @@ pub fn main(args: CheckArgs) -> ExitCode {
             init_retry_max: config.gpu.init_retry_max,
         },
         config.procfs.root.clone(),
+        own_cost::COLLECTOR_METER,
     )
     .and_then(|c| c.with_faults(config.faults.options(config.nvml_library())))
     .map(|c| config.identity.apply(c))
@@ -163,10 +164,10 @@ pub fn main(args: CheckArgs) -> ExitCode {
         let sample = collector.sample();
         let snapshot = derive(prev.as_ref().map(|(s, n)| (s, n)), &sample);
         events.extend(engine.observe(&frame::from_snapshot(&snapshot)));
-        cost::charge(Stage::Diagnosis);
+        own_cost::charge(Stage::Diagnosis);
         if let Some(reader) = reader.as_mut() {
             short_reads(&mut engine, reader, &config, snapshot.timestamp_seconds);
-            cost::charge(Stage::Stacks);
+            own_cost::charge(Stage::Stacks);
         }
         last = Some((
             snapshot.timestamp_seconds,
@@ -182,9 +183,9 @@ pub fn main(args: CheckArgs) -> ExitCode {
                 *e = amended;
             }
         }
-        cost::charge(Stage::Stacks);
+        own_cost::charge(Stage::Stacks);
     }
-    let own = cost::reading();
+    let own = own_cost::reading();
     let watched = started.elapsed().as_secs_f64();
     let (time, up, stale) = last.unwrap_or_default();
     let gpus = engine.status();

@@ -7,7 +7,6 @@ use std::sync::{Arc, Mutex, mpsc};
 
 use anyhow::Context;
 use collector::collector::Collector;
-use collector::cost::{self, Stage};
 use collector::gpu::GpuOptions;
 use diagnosis::Engine;
 use tokio::sync::watch;
@@ -23,6 +22,7 @@ use crate::http::web_config::{WebConfig, WebConfigError};
 use crate::http::web_config_reload::WebConfigSource;
 use crate::logging;
 use crate::notify;
+use crate::own_cost::{self, Stage};
 use crate::sampling::asked::ThreadViews;
 use crate::sampling::bodies::MetricsBodies;
 use crate::sampling::privileges::PrivilegesCheck;
@@ -85,10 +85,10 @@ fn serve(config: Config, web: WebConfig, record_frames: Option<PathBuf>) -> anyh
         .enable_all()
         // The HTTP side's CPU, each time it goes idle (a scrape's rendering
         // is charged to `render` as it happens).
-        .on_thread_park(|| cost::charge(Stage::Http))
+        .on_thread_park(|| own_cost::charge(Stage::Http))
         .build()
         .context("cannot start the async runtime")?;
-    cost::charge(Stage::Startup);
+    own_cost::charge(Stage::Startup);
     runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(config.server.listen)
             .await
@@ -103,6 +103,7 @@ fn serve(config: Config, web: WebConfig, record_frames: Option<PathBuf>) -> anyh
                 init_retry_max: config.gpu.init_retry_max,
             },
             config.procfs.root.clone(),
+            own_cost::COLLECTOR_METER,
         )
         .and_then(|c| c.with_faults(config.faults.options(config.nvml_library())))
         .map(|c| config.identity.apply(c))
@@ -186,7 +187,7 @@ fn serve(config: Config, web: WebConfig, record_frames: Option<PathBuf>) -> anyh
         if web.auth.is_some() && web.tls.is_none() {
             tracing::warn!("basic auth without TLS: passwords cross the network in clear text");
         }
-        cost::charge(Stage::Startup);
+        own_cost::charge(Stage::Startup);
         notify::ready();
         let web = WebConfigSource::new(config.server.web_config_file().map(Into::into), web);
         crate::http::serve::run(listener, app, &config.server, web, shutdown_signal()).await;

@@ -64,7 +64,7 @@ fn forward(stdout: impl Read, tx: mpsc::Sender<Line>) {
             },
         };
         let last = !matches!(line, Line::Reply(_));
-        collector::cost::charge(collector::cost::Stage::Stacks);
+        crate::own_cost::charge(crate::own_cost::Stage::Stacks);
         if tx.send(line).is_err() || last {
             return;
         }

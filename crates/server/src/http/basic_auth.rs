@@ -70,7 +70,7 @@ impl BasicAuth {
             self.bcrypt_checks.fetch_add(1, Ordering::Relaxed);
             tokio::task::spawn_blocking(move || {
                 let ok = bcrypt::verify(password, &hash).unwrap_or(false);
-                collector::cost::charge(collector::cost::Stage::Http);
+                crate::own_cost::charge(crate::own_cost::Stage::Http);
                 ok
             })
             .await

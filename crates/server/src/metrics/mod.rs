@@ -24,6 +24,8 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::registry::{Registry, Unit};
 
+use crate::own_cost::SampleCost;
+
 /// The exposition formats `/metrics` can answer in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
@@ -61,6 +63,8 @@ pub use labels::{Labels, Value};
 #[derive(Debug)]
 pub struct Scrape {
     pub snapshot: Arc<Snapshot>,
+    /// What the sample the snapshot comes from cost the daemon.
+    pub cost: Arc<SampleCost>,
     pub diagnosis: Arc<Vec<GpuStatus>>,
     pub max_processes: usize,
 }
@@ -87,12 +91,13 @@ struct Part {
 impl Collector for Part {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let s = &self.scrape.snapshot;
+        let cost = &self.scrape.cost;
         let diagnosis = &self.scrape.diagnosis;
         let max_processes = self.scrape.max_processes;
         let e = &mut encoder;
         match self.section {
             Section::Head => {
-                own(e, s)?;
+                own(e, s, cost)?;
                 gpu::encode(e, s, max_processes)?;
                 faults::encode(e, s)?;
                 verdicts::verdict(e, diagnosis)
@@ -187,7 +192,7 @@ fn encode(out: &mut String, scrape: &Arc<Scrape>, section: Section, format: Form
     };
 }
 
-fn own(e: &mut DescriptorEncoder, s: &Snapshot) -> Result<(), std::fmt::Error> {
+fn own(e: &mut DescriptorEncoder, s: &Snapshot, cost: &SampleCost) -> Result<(), std::fmt::Error> {
     info(
         e,
         "stallwatch_build",
@@ -199,7 +204,7 @@ fn own(e: &mut DescriptorEncoder, s: &Snapshot) -> Result<(), std::fmt::Error> {
         "stallwatch_sample_duration",
         "How long the latest sample took: reading GPUs, jobs and host, deriving rates, and the diagnosis.",
         Some(&Unit::Seconds),
-        no_labels(s.sample_duration_seconds),
+        no_labels(cost.duration_seconds),
     )?;
     gauge(
         e,
@@ -227,7 +232,7 @@ fn own(e: &mut DescriptorEncoder, s: &Snapshot) -> Result<(), std::fmt::Error> {
             )
         }),
     )?;
-    own_cost::encode(e, s)
+    own_cost::encode(e, s, &cost.own)
 }
 
 #[cfg(test)]
@@ -269,6 +274,7 @@ mod tests {
         let snapshot = Arc::new(Snapshot::default());
         let scrape = |d: &Arc<Vec<GpuStatus>>| Scrape {
             snapshot: snapshot.clone(),
+            cost: Default::default(),
             diagnosis: d.clone(),
             max_processes: 16,
         };

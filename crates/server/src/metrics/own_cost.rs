@@ -1,7 +1,6 @@
 //! The daemon's own cost: its CPU by stage (adding up to its process CPU),
 //! its memory, and how many job samples read their threads.
 
-use collector::cost::{STAGES, Stage};
 use collector::snapshot::Snapshot;
 use collector::thread_reads::Reason;
 use prometheus_client::encoding::DescriptorEncoder;
@@ -9,10 +8,14 @@ use prometheus_client::registry::Unit;
 
 use super::family::{counter, gauge};
 use super::labels::Labels;
+use crate::own_cost::{OwnCost, STAGES, Stage};
 
-pub fn encode(e: &mut DescriptorEncoder, s: &Snapshot) -> Result<(), std::fmt::Error> {
-    let own = &s.own_cost;
-    // Absent until the sampler read it (a snapshot made elsewhere).
+pub fn encode(
+    e: &mut DescriptorEncoder,
+    s: &Snapshot,
+    own: &OwnCost,
+) -> Result<(), std::fmt::Error> {
+    // Absent until the sampler read it (a scrape made elsewhere).
     let stages = (own.stage_cpu_seconds.len() == STAGES).then_some(Stage::ALL);
     counter(
         e,

@@ -24,7 +24,7 @@ use axum::body::Bytes;
 
 use super::gzip::Gzip;
 use crate::metrics::{Format, Renderer, Scrape};
-use collector::cost::{self, Stage};
+use crate::own_cost::{self, Stage};
 use collector::snapshot::Snapshot;
 
 /// Scrapes further apart than this are not expected again.
@@ -93,9 +93,9 @@ impl MetricsBodies {
         self.asked.lock().unwrap_or_else(PoisonError::into_inner)[format as usize]
             [usize::from(gzip)]
         .ask(now);
-        cost::charge(Stage::Http);
+        own_cost::charge(Stage::Http);
         let body = self.get(scrape, format, gzip);
-        cost::charge(Stage::Render);
+        own_cost::charge(Stage::Render);
         body
     }
 
@@ -192,6 +192,7 @@ mod tests {
     fn scrape(snapshot: &Arc<Snapshot>) -> Scrape {
         Scrape {
             snapshot: snapshot.clone(),
+            cost: Default::default(),
             diagnosis: Arc::new(Vec::new()),
             max_processes: 16,
         }
@@ -344,12 +345,14 @@ mod tests {
         for seconds in [1.0, 1.0, 2.0, 3.0, 3.0] {
             let scrape = Scrape {
                 snapshot: Arc::new(Snapshot::default()),
+                cost: Default::default(),
                 diagnosis: Arc::new(vec![status(seconds)]),
                 max_processes: 16,
             };
             let gzipped = bodies.body(scrape, Format::OpenMetrics, true);
             let scrape = Scrape {
                 snapshot: bodies.rendered.lock().unwrap().snapshot.clone().unwrap(),
+                cost: Default::default(),
                 diagnosis: Arc::new(Vec::new()),
                 max_processes: 16,
             };

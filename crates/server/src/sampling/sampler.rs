@@ -12,7 +12,6 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use collector::collector::Collector;
-use collector::cost::{self, Stage};
 use collector::delta::derive;
 use collector::privileges::Privileges;
 use collector::sample::Sample;
@@ -22,6 +21,7 @@ use tokio::sync::watch;
 
 use crate::metrics::Scrape;
 use crate::notify;
+use crate::own_cost::{self, SampleCost, Stage};
 use crate::sampling::asked::ThreadViews;
 use crate::sampling::bodies::MetricsBodies;
 use crate::sampling::frame;
@@ -29,11 +29,13 @@ use crate::sampling::history::{History, SharedHistory};
 use crate::sampling::privileges::PrivilegesCheck;
 use crate::sampling::stack_bursts::{self, Trigger};
 
-/// The latest snapshot, the diagnosis made from it, and when it finished;
-/// with the history it was added to (the same one for every sample).
+/// The latest snapshot, the diagnosis made from it, what the sample cost the
+/// daemon, and when it finished; with the history it was added to (the same
+/// one for every sample).
 #[derive(Debug, Clone)]
 pub struct Latest {
     pub snapshot: Arc<Snapshot>,
+    pub cost: Arc<SampleCost>,
     pub diagnosis: Arc<Vec<GpuStatus>>,
     pub finished: Instant,
     pub history: SharedHistory,
@@ -85,12 +87,13 @@ impl Sampler {
                             notify::watchdog();
                             let scrape = || Scrape {
                                 snapshot: latest.snapshot.clone(),
+                                cost: latest.cost.clone(),
                                 diagnosis: latest.diagnosis.clone(),
                                 max_processes: self.max_processes,
                             };
-                            cost::charge(Stage::Diagnosis);
+                            own_cost::charge(Stage::Diagnosis);
                             self.metrics.prepare(scrape, Instant::now(), self.interval);
-                            cost::charge(Stage::Render);
+                            own_cost::charge(Stage::Render);
                         }
                         Err(_) => tracing::error!("a sample panicked and was skipped"),
                     }
@@ -101,9 +104,8 @@ impl Sampler {
             })
     }
 
-    /// One sample: read, derive, diagnose. The snapshot's
-    /// `sample_duration_seconds` covers all of it (the collector's own
-    /// figure covers the reads only).
+    /// One sample: read, derive, diagnose. Its cost's `duration_seconds`
+    /// covers all of it (the collector's own figure covers the reads only).
     fn tick(
         &mut self,
         prev: Option<&(Sample, Arc<Snapshot>)>,
@@ -117,10 +119,10 @@ impl Sampler {
             .watched_gpus();
         self.collector
             .set_thread_needs(watched, self.thread_views.asked());
-        cost::charge(Stage::Diagnosis);
+        own_cost::charge(Stage::Diagnosis);
         // Charges its own stages (NVML, /proc).
         let sample = self.collector.sample();
-        let mut snapshot = derive(prev.map(|(s, n)| (s, &**n)), &sample);
+        let snapshot = derive(prev.map(|(s, n)| (s, &**n)), &sample);
         let frame = frame::from_snapshot(&snapshot);
         if let Some(file) = &mut self.record
             && let Err(e) = serde_json::to_writer(&mut *file, &frame)
@@ -140,7 +142,7 @@ impl Sampler {
             (events, amended, engine.status())
         };
         events.iter().for_each(log_event);
-        cost::charge(Stage::Diagnosis);
+        own_cost::charge(Stage::Diagnosis);
         for (event, report) in &amended {
             stack_bursts::log_stacks(event, report);
         }
@@ -151,16 +153,20 @@ impl Sampler {
             let mut engine = self.engine.lock().unwrap_or_else(|p| p.into_inner());
             trigger.short_reads(&mut engine, frame.t);
         }
-        cost::charge(Stage::Stacks);
-        snapshot.sample_duration_seconds = started.elapsed().as_secs_f64();
+        own_cost::charge(Stage::Stacks);
+        let duration_seconds = started.elapsed().as_secs_f64();
         history
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .record(&snapshot);
-        cost::charge(Stage::Diagnosis);
-        snapshot.own_cost = cost::reading();
+        own_cost::charge(Stage::Diagnosis);
+        let cost = SampleCost {
+            duration_seconds,
+            own: own_cost::reading(),
+        };
         let latest = Latest {
             snapshot: Arc::new(snapshot),
+            cost: Arc::new(cost),
             diagnosis: Arc::new(status),
             finished: Instant::now(),
             history: history.clone(),

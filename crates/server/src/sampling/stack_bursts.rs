@@ -103,7 +103,7 @@ impl Stacks {
             .spawn(move || {
                 let mut reader = config.reader(&root);
                 loop {
-                    collector::cost::charge(collector::cost::Stage::Stacks);
+                    crate::own_cost::charge(crate::own_cost::Stage::Stacks);
                     let request = if reader.spies() > 0 {
                         match rx.recv_timeout(PRUNE_EVERY) {
                             Ok(r) => r,

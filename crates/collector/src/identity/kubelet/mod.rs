@@ -23,6 +23,7 @@ pub use client::CallLimits;
 pub use pods::{Container, MAX_CONTAINERS, MAX_DEVICES, MAX_PODS, Pod, PodTable, attribute};
 
 use crate::error::CollectError;
+use crate::meter::{Meter, Work};
 use crate::sample::kubernetes::{KubernetesState, PodSource};
 use crate::sample::{GpuSample, JobSample};
 use crate::time::unix_now;
@@ -59,12 +60,12 @@ pub struct Kubelet {
 impl Kubelet {
     /// Starts the `kubelet` thread. It ends once this is dropped (after its
     /// current call and wait).
-    pub fn start(options: KubeletOptions) -> Result<Self, CollectError> {
+    pub fn start(options: KubeletOptions, meter: Meter) -> Result<Self, CollectError> {
         let (tx, updates) = sync_channel(2);
         let thread = options.clone();
         std::thread::Builder::new()
             .name("kubelet".into())
-            .spawn(move || refresh_loop(&thread, &tx))
+            .spawn(move || refresh_loop(&thread, &tx, meter))
             .map_err(CollectError::Thread)?;
         Ok(Kubelet {
             options,
@@ -129,7 +130,7 @@ impl Kubelet {
 }
 
 /// The `kubelet` thread: a call, then a wait, until the sampler is gone.
-fn refresh_loop(options: &KubeletOptions, tx: &SyncSender<Refresh>) {
+fn refresh_loop(options: &KubeletOptions, tx: &SyncSender<Refresh>, meter: Meter) {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .enable_time()
@@ -160,7 +161,7 @@ fn refresh_loop(options: &KubeletOptions, tx: &SyncSender<Refresh>) {
                 // The sampler has two answers it did not take yet.
                 Err(TrySendError::Full(_)) | Ok(()) => {}
             }
-            crate::cost::charge(crate::cost::Stage::Kubelet);
+            meter.finished(Work::Kubelet);
             tokio::time::sleep(options.refresh).await;
         }
     });

@@ -1,4 +1,5 @@
-//! The daemon's own CPU time, by what it was spent on.
+//! The daemon's own CPU time, by what it was spent on: each thread's CPU
+//! clock, charged to stages.
 //!
 //! Each thread charges the CPU time it used since its last charge (its
 //! thread CPU clock, not wall time) to the stage it just worked for: the
@@ -12,62 +13,10 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use collector::meter::Meter;
 use rustix::time::{ClockId, Timespec, clock_gettime};
-use serde::{Deserialize, Serialize};
 
-/// What the daemon's CPU time goes to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Stage {
-    /// The NVML calls (their thread) and the GPU events thread.
-    Nvml,
-    /// Reading the jobs' and the host's `/proc` files.
-    Proc,
-    /// The kernel log's reader (Xid lines).
-    Faults,
-    /// Asking the kubelet which pod holds each GPU.
-    Kubelet,
-    /// Rates from two samples, the diagnosis, the ledger and the history.
-    Diagnosis,
-    /// Reading Python stacks and what they are turned into.
-    Stacks,
-    /// Writing (and gzipping) `/metrics` bodies.
-    Render,
-    /// Everything else the HTTP side does: connections, requests, the API
-    /// and the page.
-    Http,
-    /// Starting up: the configuration, the first NVML set-up.
-    Startup,
-}
-
-pub const STAGES: usize = 9;
-
-impl Stage {
-    pub const ALL: [Stage; STAGES] = [
-        Stage::Nvml,
-        Stage::Proc,
-        Stage::Faults,
-        Stage::Kubelet,
-        Stage::Diagnosis,
-        Stage::Stacks,
-        Stage::Render,
-        Stage::Http,
-        Stage::Startup,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Stage::Nvml => "nvml",
-            Stage::Proc => "proc",
-            Stage::Faults => "faults",
-            Stage::Kubelet => "kubelet",
-            Stage::Diagnosis => "diagnosis",
-            Stage::Stacks => "stacks",
-            Stage::Render => "render",
-            Stage::Http => "http",
-            Stage::Startup => "startup",
-        }
-    }
-}
+use super::stage::{STAGES, Stage};
 
 /// Nanoseconds charged to each stage, process-wide.
 static SPENT: [AtomicU64; STAGES] = [const { AtomicU64::new(0) }; STAGES];
@@ -91,8 +40,12 @@ pub fn charge(stage: Stage) {
     SPENT[stage as usize].fetch_add(now.saturating_sub(last), Ordering::Relaxed);
 }
 
+/// The collector's meter: each piece of its work charged, on the thread
+/// that did it, to its stage.
+pub const COLLECTOR_METER: Meter = Meter::new(|work| charge(Stage::from(work)));
+
 /// What the daemon has used, read at one time.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct OwnCost {
     /// CPU seconds charged to each stage, in [`Stage::ALL`]'s order.
     pub stage_cpu_seconds: Vec<f64>,
@@ -131,6 +84,8 @@ pub fn reading() -> OwnCost {
 
 #[cfg(test)]
 mod tests {
+    use collector::meter::Work;
+
     use super::*;
 
     fn spin(seconds: f64) {
@@ -148,7 +103,8 @@ mod tests {
         let before = reading();
         let worker = std::thread::spawn(|| {
             spin(0.05);
-            charge(Stage::Kubelet);
+            // The collector's work, through its meter.
+            COLLECTOR_METER.finished(Work::Kubelet);
             spin(0.03);
             charge(Stage::Faults);
         });
