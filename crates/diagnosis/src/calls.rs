@@ -6,47 +6,13 @@
 //! or a frame above it changes (its function, or the line of any caller):
 //! back-to-back calls of one function from the same line merge.
 
-use serde::{Deserialize, Serialize};
-
-use crate::reads::CodeFrame;
 use crate::round::round;
+use crate::types::reads::CodeFrame;
+pub use crate::types::stack_report::CallTime;
 
 /// Calls estimated under this many sampling periods get no figure: only
 /// that they are shorter than that.
 pub const SHORT_PERIODS: f64 = 3.0;
-
-/// How long one call of a place takes, over the calls of a burst.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CallTime {
-    /// Calls seen whole: begun and ended between two reads of the burst.
-    pub calls: u32,
-    /// Median and 90th percentile of their durations, seconds; absent when
-    /// they are too short to time (`under_seconds`) or none was seen whole.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub median_seconds: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub p90_seconds: Option<f64>,
-    /// The calls seen whole were shorter than this (a few sampling
-    /// periods), so no figure is given.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub under_seconds: Option<f64>,
-    /// The longest call still running at the burst's start or end lasted at
-    /// least this long (absent when none was).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub at_least_seconds: Option<f64>,
-    /// The sampling period the reads were taken at (their median spacing).
-    pub period_seconds: f64,
-    /// The calls were made by a PyTorch DataLoader's fetch of a batch,
-    /// one item after another from one line: a batch's calls merge, so the
-    /// figures are a batch's, not an item's.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub batch_of_items: bool,
-    /// The calls were made one after another from one place by tf.data's
-    /// runner of a `py_function` (a map's Python function): back-to-back
-    /// calls merge, so the figures span several calls, not one.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub merged_by_tf_data: bool,
-}
 
 /// Where each read of one thread stood: the read's index in the burst and
 /// the slice of its frames from the call's frame up to the thread's root

@@ -14,34 +14,11 @@
 
 use std::collections::VecDeque;
 
-use serde::{Deserialize, Serialize};
-
-use crate::reads::{CodeFrame, ThreadRead};
 use crate::round::round;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum JobPhase {
-    Compiling,
-    Checkpointing,
-    DataLoaderStartup,
-}
+pub use crate::types::phase::{JobPhase, PhaseStatus};
+use crate::types::reads::{CodeFrame, ThreadRead};
 
 impl JobPhase {
-    pub const ALL: [JobPhase; 3] = [
-        JobPhase::Compiling,
-        JobPhase::Checkpointing,
-        JobPhase::DataLoaderStartup,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            JobPhase::Compiling => "compiling",
-            JobPhase::Checkpointing => "checkpointing",
-            JobPhase::DataLoaderStartup => "data_loader_startup",
-        }
-    }
-
     fn words(self) -> &'static str {
         match self {
             JobPhase::Compiling => "compiling",
@@ -163,24 +140,6 @@ pub const AWAIT_SECONDS: f64 = 10.0;
 /// Shortest time between phase reads, whatever `time_scale` (a read takes
 /// 1 s of the stacks thread, which the episodes' bursts need too).
 pub const MIN_INTERVAL: f64 = 5.0;
-
-/// The phase a GPU's job is in now, for the status and the evidence.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PhaseStatus {
-    pub phase: JobPhase,
-    /// When the job entered it (the first read that showed it), and how
-    /// long it has lasted since.
-    pub since: f64,
-    pub seconds: f64,
-    /// Seconds the GPU waited on it over the last hour, and their share.
-    pub seconds_last_hour: f64,
-    pub share_last_hour: f64,
-    /// Times the job entered it over the last hour (compilations, saves).
-    pub entered_last_hour: u32,
-    /// It lasted too long or took too large a share: the stall kinds it
-    /// held back are reported, with it named.
-    pub unusual: bool,
-}
 
 /// The limits of a normal phase, scaled.
 #[derive(Debug, Clone, Copy, PartialEq)]

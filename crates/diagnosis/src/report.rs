@@ -2,10 +2,10 @@
 
 use crate::Kind;
 use crate::detect::hint;
-use crate::evidence::{Evidence, ThreadEvidence};
-use crate::frame::{GpuFrame, JobFrame};
 use crate::round::round;
-use crate::status::{Event, JobRef, JobStatus, Phase};
+use crate::types::evidence::{Evidence, ThreadEvidence};
+use crate::types::frame::{GpuFrame, JobFrame};
+use crate::types::status::{Event, JobRef, JobStatus, Phase};
 
 /// The job an event names: the one holding the most memory on the GPU.
 pub fn primary_job(gpu: &GpuFrame, jobs: &[&JobFrame]) -> Option<JobRef> {

@@ -6,11 +6,11 @@ use std::ops::Index;
 
 use crate::Kind;
 use crate::config::Timing;
-use crate::evidence::Evidence;
-use crate::frame::GpuFrame;
 use crate::hysteresis::{Condition, Episode, Transition};
 use crate::report::make_event;
-use crate::status::{Event, JobRef, Phase};
+use crate::types::evidence::Evidence;
+use crate::types::frame::GpuFrame;
+use crate::types::status::{Event, JobRef, Phase};
 
 pub(super) const KINDS: usize = Kind::ALL.len();
 /// `Kind::GpuFault`'s place in `Kind::ALL` (and in the per-kind arrays).

@@ -8,9 +8,9 @@ use super::state::GpuState;
 use crate::Kind;
 use crate::config::DiagnosisConfig;
 use crate::detect::{Ctx, UtilizationCache, detect};
-use crate::frame::{Frame, GpuFrame, JobFrame};
 use crate::report::primary_job;
-use crate::status::Event;
+use crate::types::frame::{Frame, GpuFrame, JobFrame};
+use crate::types::status::Event;
 
 /// The gpu_fault kind, judged on every frame the GPU is in, fresh or
 /// not: a GPU that fell off the bus does not answer, and its job is gone.

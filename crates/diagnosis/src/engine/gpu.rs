@@ -21,14 +21,15 @@ use super::point::{median, point};
 use super::state::{BASELINE_KEPT, BASELINE_SAMPLES, GpuState};
 use crate::config::DiagnosisConfig;
 use crate::detect::{Ctx, UtilizationCache, detect};
-use crate::evidence::ProcessEvidence;
-use crate::frame::{Frame, GpuFrame, JobFrame};
-use crate::ledger::{LedgerSample, StartupSample, TimeState};
-use crate::phase::PhaseStatus;
+use crate::ledger::{LedgerSample, StartupSample};
 use crate::processes;
 use crate::report::{job_status, primary_job};
-use crate::status::Event;
 use crate::tracking::Progress;
+use crate::types::evidence::ProcessEvidence;
+use crate::types::frame::{Frame, GpuFrame, JobFrame};
+use crate::types::phase::PhaseStatus;
+use crate::types::status::Event;
+use crate::types::time_state::TimeState;
 use crate::{Kind, Verdict};
 
 /// Who holds the GPU in this sample.

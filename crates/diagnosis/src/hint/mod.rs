@@ -1,8 +1,8 @@
 //! What to tell the user for each finding, in plain words.
 
 use crate::Kind;
-use crate::evidence::{Evidence, FaultEvidence};
-use crate::stack_report::ReadOutcome;
+use crate::types::evidence::{Evidence, FaultEvidence};
+use crate::types::stack_report::ReadOutcome;
 
 pub mod words;
 
