@@ -8,6 +8,7 @@ mod gpu;
 mod lost;
 mod point;
 mod state;
+mod step;
 
 use std::collections::VecDeque;
 

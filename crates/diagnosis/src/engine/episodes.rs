@@ -4,6 +4,7 @@
 
 use std::ops::Index;
 
+use super::step::Step;
 use crate::Kind;
 use crate::config::Timing;
 use crate::hysteresis::{Condition, Episode, Transition};
@@ -40,24 +41,23 @@ impl Index<usize> for Episodes {
 }
 
 impl Episodes {
-    /// Feeds kind `i`'s condition to its episode at `t`, counting `dt` to
-    /// it if it was active; returns the transition, if any.
-    #[allow(clippy::too_many_arguments)]
+    /// Feeds kind `i`'s condition to its episode at the step's time,
+    /// counting the step's seconds to it if it was active; returns the
+    /// transition, if any.
     pub(super) fn advance(
         &mut self,
         i: usize,
-        t: f64,
+        step: &Step,
         condition: Condition,
         timing: &Timing,
         allowed: bool,
         force_end: bool,
-        dt: f64,
     ) -> Option<Transition> {
         if self.of[i].is_active() {
-            self.seconds_total[i] += dt;
+            self.seconds_total[i] += step.dt;
         }
         self.of[i].update(
-            t,
+            step.t,
             condition,
             timing.enter_for,
             timing.exit_for,
