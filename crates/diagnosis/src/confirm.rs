@@ -10,7 +10,7 @@
 //! the server reads and hands the report back ([`Confirmation::add`]).
 
 use crate::round::round;
-use crate::stack_report::describe_spot;
+use crate::stack_text::describe_spot;
 use crate::types::stack_report::{HotSpot, ReadOutcome, StackReport, ThreadStacks};
 pub use crate::types::stuck::Stuck;
 

@@ -20,6 +20,7 @@ mod processes;
 mod report;
 mod round;
 pub mod stack_report;
+pub mod stack_text;
 pub mod steal;
 mod tracking;
 pub mod types;

@@ -14,19 +14,10 @@
 
 use std::collections::VecDeque;
 
+pub use crate::config::{Limits, MIN_INTERVAL};
 use crate::round::round;
 pub use crate::types::phase::{JobPhase, PhaseStatus};
 use crate::types::reads::{CodeFrame, ThreadRead};
-
-impl JobPhase {
-    fn words(self) -> &'static str {
-        match self {
-            JobPhase::Compiling => "compiling",
-            JobPhase::Checkpointing => "saving or loading a checkpoint",
-            JobPhase::DataLoaderStartup => "starting its DataLoader's workers",
-        }
-    }
-}
 
 /// Installed code that runs only in a phase, by package-relative file
 /// (a prefix ending in `/` is a package) and function (empty: any).
@@ -137,23 +128,6 @@ pub fn of_reads(reads: &[Vec<ThreadRead>]) -> Option<JobPhase> {
 /// seconds: a read is a burst of 1 s, the first read of a process makes its
 /// spy, up to 2 s and more on a loaded host).
 pub const AWAIT_SECONDS: f64 = 10.0;
-/// Shortest time between phase reads, whatever `time_scale` (a read takes
-/// 1 s of the stacks thread, which the episodes' bursts need too).
-pub const MIN_INTERVAL: f64 = 5.0;
-
-/// The limits of a normal phase, scaled.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Limits {
-    /// Time between reads while a stall kind's condition holds.
-    pub interval: f64,
-    /// Longest a phase may last before the stall kinds are reported.
-    pub max_for: [f64; 3],
-    /// Largest share of the last hour it may take.
-    pub max_share: f64,
-    /// The hour, scaled.
-    pub hour: f64,
-}
-
 #[derive(Debug, Clone, Copy)]
 struct Current {
     phase: JobPhase,
@@ -301,41 +275,10 @@ impl Phases {
     }
 }
 
-/// What to say of an unusual phase, before the stall kind's own hint.
-pub fn hint(p: &PhaseStatus) -> String {
-    let share = format!(
-        "{:.0}% of the GPU's last hour ({} time{})",
-        p.share_last_hour * 100.0,
-        p.entered_last_hour,
-        if p.entered_last_hour == 1 { "" } else { "s" }
-    );
-    let fix = match p.phase {
-        JobPhase::Compiling => {
-            "A model whose input shapes change recompiles at every new shape: mark the changing \
-             dimensions dynamic (torch.compile(dynamic=True), torch._dynamo.mark_dynamic), pad or \
-             bucket inputs to a few shapes; TORCH_LOGS=recompiles says why each recompilation \
-             happened (for tf.function: input_signature with None dimensions; for jax.jit: fewer \
-             static arguments)."
-        }
-        JobPhase::Checkpointing => {
-            "Save less often, or asynchronously (torch.distributed.checkpoint.async_save, Orbax's \
-             async checkpointer), to fast local storage, and only what a restart needs."
-        }
-        JobPhase::DataLoaderStartup => {
-            "persistent_workers=True keeps the DataLoader's workers between epochs; a lighter \
-             Dataset object (it is copied into each worker) and fewer workers start faster."
-        }
-    };
-    format!(
-        "The job has been {} for {:.0} s, {share}. {fix}",
-        p.phase.words(),
-        p.seconds
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hint::phase::hint;
 
     fn frame(function: &str, file: &str, library: bool) -> CodeFrame {
         CodeFrame {

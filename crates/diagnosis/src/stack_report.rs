@@ -6,6 +6,8 @@ use std::collections::HashMap;
 
 use crate::calls::{self, Stood};
 use crate::round::round;
+use crate::stack_text::pct;
+pub use crate::stack_text::{describe_batch_wait, describe_spot, per_call_text, thread_line};
 pub use crate::types::reads::{CodeFrame, ThreadRead};
 pub use crate::types::stack_report::{
     BatchWait, CallTime, Caller, Focus, HotSpot, ReadOutcome, StackReport, ThreadStacks,
@@ -241,30 +243,6 @@ fn display_function(f: &CodeFrame) -> String {
     }
 }
 
-/// `PIL.ImageFile.load <- PIL.Image.open <- decode_image (data.py:42) <-
-/// __getitem__ (data.py:57)`, or `resize (data.py:30) <- decode_image
-/// (data.py:42)` when the leaf is the user's own code.
-pub fn describe_spot(s: &HotSpot) -> String {
-    let via = s
-        .via
-        .as_ref()
-        .map(|v| format!(" <- {v}"))
-        .unwrap_or_default();
-    let callers: String = s
-        .callers
-        .iter()
-        .map(|c| format!(" <- {} ({}:{})", c.function, c.file, c.line))
-        .collect();
-    match (&s.user_function, &s.user_file) {
-        (Some(uf), Some(file)) => format!(
-            "{}{via} <- {uf} ({file}:{}){callers}",
-            s.function,
-            s.user_line.unwrap_or(0)
-        ),
-        _ => format!("{}{via} ({}:{}){callers}", s.function, s.file, s.line),
-    }
-}
-
 /// Well-known blocking calls, by the leaf's module file and function.
 const WAITS: &[(&str, &str, &str)] = &[
     ("queue.py", "get", "queue.get"),
@@ -362,21 +340,6 @@ fn batch_wait(
         line: caller.line,
         per_batch,
     })
-}
-
-/// `the training loop (train (train.py:88), tid 12) waits about 1.9 s for
-/// each batch (median of 5 calls; p90 2.1 s) on the DataLoader's next
-/// batch`.
-pub fn describe_batch_wait(b: &BatchWait) -> String {
-    format!(
-        "the training loop ({} ({}:{}), tid {}) waits {} on {}",
-        b.function,
-        b.file,
-        b.line,
-        b.tid,
-        calls::describe(&b.per_batch, "for each batch"),
-        b.waiting_on
-    )
 }
 
 /// `Queue.get` -> `get`: the function without its class.
@@ -478,10 +441,6 @@ fn thread_key(t: &ThreadRead) -> (u32, &str) {
 
 fn is_running(t: &ThreadRead) -> bool {
     t.state == 'R'
-}
-
-fn pct(v: f64) -> String {
-    format!("{:.0}%", v * 100.0)
 }
 
 /// Aggregates a burst's reads into a report.
@@ -661,41 +620,4 @@ fn summarize(r: &StackReport, focus: Focus) -> String {
             lines.join("; ")
         }
     }
-}
-
-/// `, about 420 ms a call (median of 23 calls; p90 510 ms)` where the
-/// place's calls were timed, else nothing.
-pub fn per_call_text(s: &HotSpot) -> String {
-    s.per_call
-        .as_ref()
-        .map(|t| calls::describe(t, "a call"))
-        .filter(|t| !t.is_empty())
-        .map(|t| format!(", {t}"))
-        .unwrap_or_default()
-}
-
-/// `tid 12 (python3, S): waits on queue.get at train_step (train.py:88)`.
-pub fn thread_line(t: &ThreadStacks) -> String {
-    let doing = if t.running_share >= 0.5 {
-        format!("running {}", pct(t.running_share))
-    } else {
-        "not running".to_owned()
-    };
-    let place = t
-        .top
-        .first()
-        .map(|s| format!("{}{}", describe_spot(s), per_call_text(s)))
-        .unwrap_or_else(|| "no Python frame".to_owned());
-    let wait = t
-        .waiting_on
-        .as_ref()
-        .map(|w| format!("waits on {w} at "))
-        .unwrap_or_else(|| "at ".to_owned());
-    let who = if t.tid == 0 {
-        // Named by Python; state from py-spy's idle judgement.
-        format!("thread {} (tid unknown, {doing})", t.name)
-    } else {
-        format!("tid {} ({}, {}, {doing})", t.tid, t.name, t.state)
-    };
-    format!("{who}: {wait}{place}")
 }

@@ -7,8 +7,8 @@ use std::ops::Index;
 use super::step::Step;
 use crate::Kind;
 use crate::config::Timing;
+use crate::detect::hint;
 use crate::hysteresis::{Condition, Episode, Transition};
-use crate::report::make_event;
 use crate::types::evidence::Evidence;
 use crate::types::frame::GpuFrame;
 use crate::types::status::{Event, JobRef, Phase};
@@ -89,4 +89,27 @@ pub(super) fn event_for(
         Transition::Ended { since } => (Phase::End, since),
     };
     Some(make_event(phase, kind, gpu, t, since, job(), evidence))
+}
+
+pub fn make_event(
+    phase: Phase,
+    kind: Kind,
+    gpu: &GpuFrame,
+    t: f64,
+    since: f64,
+    job: Option<JobRef>,
+    evidence: &Evidence,
+) -> Event {
+    Event {
+        id: 0,
+        time: t,
+        phase,
+        kind,
+        gpu: gpu.index,
+        uuid: gpu.uuid.clone(),
+        since,
+        job,
+        evidence: evidence.clone(),
+        hint: hint(kind, evidence),
+    }
 }
