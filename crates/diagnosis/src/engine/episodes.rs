@@ -91,7 +91,8 @@ pub(super) fn event_for(
     Some(make_event(phase, kind, gpu, t, since, job(), evidence))
 }
 
-pub fn make_event(
+/// The event of kind `kind`'s episode, with its hint.
+fn make_event(
     phase: Phase,
     kind: Kind,
     gpu: &GpuFrame,
