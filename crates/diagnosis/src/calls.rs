@@ -6,47 +6,14 @@
 //! or a frame above it changes (its function, or the line of any caller):
 //! back-to-back calls of one function from the same line merge.
 
-use serde::{Deserialize, Serialize};
-
-use crate::reads::CodeFrame;
 use crate::round::round;
+pub use crate::stack_text::{describe, seconds_text};
+use crate::types::reads::CodeFrame;
+pub use crate::types::stack_report::CallTime;
 
 /// Calls estimated under this many sampling periods get no figure: only
 /// that they are shorter than that.
 pub const SHORT_PERIODS: f64 = 3.0;
-
-/// How long one call of a place takes, over the calls of a burst.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CallTime {
-    /// Calls seen whole: begun and ended between two reads of the burst.
-    pub calls: u32,
-    /// Median and 90th percentile of their durations, seconds; absent when
-    /// they are too short to time (`under_seconds`) or none was seen whole.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub median_seconds: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub p90_seconds: Option<f64>,
-    /// The calls seen whole were shorter than this (a few sampling
-    /// periods), so no figure is given.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub under_seconds: Option<f64>,
-    /// The longest call still running at the burst's start or end lasted at
-    /// least this long (absent when none was).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub at_least_seconds: Option<f64>,
-    /// The sampling period the reads were taken at (their median spacing).
-    pub period_seconds: f64,
-    /// The calls were made by a PyTorch DataLoader's fetch of a batch,
-    /// one item after another from one line: a batch's calls merge, so the
-    /// figures are a batch's, not an item's.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub batch_of_items: bool,
-    /// The calls were made one after another from one place by tf.data's
-    /// runner of a `py_function` (a map's Python function): back-to-back
-    /// calls merge, so the figures span several calls, not one.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub merged_by_tf_data: bool,
-}
 
 /// Where each read of one thread stood: the read's index in the burst and
 /// the slice of its frames from the call's frame up to the thread's root
@@ -150,68 +117,6 @@ pub fn estimate(mut whole: Vec<f64>, cut: &[f64], period: f64) -> Option<CallTim
         batch_of_items: false,
         merged_by_tf_data: false,
     })
-}
-
-/// `0.42` -> `420 ms`, `1.93` -> `1.9 s`.
-pub fn seconds_text(s: f64) -> String {
-    if s < 1.0 {
-        let ms = s * 1000.0;
-        let ms = if ms >= 100.0 {
-            (ms / 10.0).round() * 10.0
-        } else {
-            ms.round()
-        };
-        format!("{ms:.0} ms")
-    } else if s < 10.0 {
-        format!("{s:.1} s")
-    } else {
-        format!("{s:.0} s")
-    }
-}
-
-/// What a figure says of calls tf.data's `py_function` runner made back to
-/// back.
-const TF_DATA_MERGED: &str = "; tf.data's map calls its Python function one call after another, and those merge: the figure spans several calls";
-
-/// `about 420 ms a call (median of 23 calls; p90 510 ms)`, `under 150 ms
-/// a call`, or `at least 9.5 s a call (none seen to begin and end)`; `what` names the unit (`a call`, `for each batch`).
-pub fn describe(t: &CallTime, what: &str) -> String {
-    let plural = |n: u32| if n == 1 { "" } else { "s" };
-    if let Some(m) = t.median_seconds {
-        let p90 = t
-            .p90_seconds
-            .filter(|_| t.calls > 1)
-            .map(|p| format!("; p90 {}", seconds_text(p)))
-            .unwrap_or_default();
-        let batch = if t.batch_of_items {
-            "; a batch's items, called one after another by the DataLoader's fetch, count as one call"
-        } else if t.merged_by_tf_data {
-            TF_DATA_MERGED
-        } else {
-            ""
-        };
-        return format!(
-            "about {} {what} (median of {} call{}{p90}{batch})",
-            seconds_text(m),
-            t.calls,
-            plural(t.calls)
-        );
-    }
-    if let Some(u) = t.under_seconds {
-        return format!("under {} {what}", seconds_text(u));
-    }
-    match t.at_least_seconds {
-        Some(a) => format!(
-            "at least {} {what} (none seen to begin and end{})",
-            seconds_text(a),
-            if t.merged_by_tf_data {
-                TF_DATA_MERGED
-            } else {
-                ""
-            }
-        ),
-        None => String::new(),
-    }
 }
 
 #[cfg(test)]
@@ -331,13 +236,5 @@ mod tests {
         let mut t = estimate(vec![0.4, 0.4, 0.4], &[], 0.05).unwrap();
         t.merged_by_tf_data = true;
         assert!(describe(&t, "a call").ends_with("the figure spans several calls)"));
-    }
-
-    #[test]
-    fn durations_read_as_people_write_them() {
-        assert_eq!(seconds_text(0.4249), "420 ms");
-        assert_eq!(seconds_text(0.0634), "63 ms");
-        assert_eq!(seconds_text(1.93), "1.9 s");
-        assert_eq!(seconds_text(12.4), "12 s");
     }
 }

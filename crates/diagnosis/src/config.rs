@@ -77,6 +77,23 @@ pub struct Confirming {
     pub reads: u32,
 }
 
+/// Shortest time between phase reads, whatever `time_scale` (a read takes
+/// 1 s of the stacks thread, which the episodes' bursts need too).
+pub const MIN_INTERVAL: f64 = 5.0;
+
+/// The limits of a normal phase (`[diagnosis.phases]`), scaled.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limits {
+    /// Time between reads while a stall kind's condition holds.
+    pub interval: f64,
+    /// Longest a phase may last before the stall kinds are reported.
+    pub max_for: [f64; 3],
+    /// Largest share of the last hour it may take.
+    pub max_share: f64,
+    /// The hour, scaled.
+    pub hour: f64,
+}
+
 /// What every kind's section under `[diagnosis.<kind>]` has: its switch, its
 /// times and the values that are ratios. `timing`, `fitted_to` and `validate`
 /// read every kind through it, and `sections!` below is the one table from a
@@ -252,10 +269,10 @@ impl DiagnosisConfig {
     }
 
     /// The phases' limits, scaled, when phases are enabled.
-    pub fn phase_limits(&self) -> Option<crate::phase::Limits> {
+    pub fn phase_limits(&self) -> Option<Limits> {
         let p = &self.phases;
-        p.enabled.then(|| crate::phase::Limits {
-            interval: self.scaled(p.interval).max(crate::phase::MIN_INTERVAL),
+        p.enabled.then(|| Limits {
+            interval: self.scaled(p.interval).max(MIN_INTERVAL),
             max_for: [
                 self.scaled(p.compiling_max),
                 self.scaled(p.checkpointing_max),

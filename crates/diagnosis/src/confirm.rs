@@ -9,10 +9,10 @@
 //! Pure: the engine says when it wants a read ([`Confirmation::wanted`]),
 //! the server reads and hands the report back ([`Confirmation::add`]).
 
-use serde::{Deserialize, Serialize};
-
 use crate::round::round;
-use crate::stack_report::{HotSpot, ReadOutcome, StackReport, ThreadStacks, describe_spot};
+use crate::stack_text::describe_spot;
+use crate::types::stack_report::{HotSpot, ReadOutcome, StackReport, ThreadStacks};
+pub use crate::types::stuck::Stuck;
 
 /// A thread stands still in a burst when its most frequent place holds at
 /// least this share of its reads.
@@ -39,20 +39,6 @@ struct Read {
     places: Option<Vec<ThreadPlace>>,
     /// The place to name: the main thread's, else the first listed.
     named: Option<(String, String, Option<String>)>,
-}
-
-/// A job found stuck: the same stacks in `reads` reads over `over_seconds`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Stuck {
-    /// `threading.Lock.acquire <- run (train.py:88)`.
-    pub place: String,
-    /// The thread it names: `tid 42 (python3)`.
-    pub thread: String,
-    /// What it waits on, for well-known blocking calls.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub waiting_on: Option<String>,
-    pub reads: u32,
-    pub over_seconds: f64,
 }
 
 /// The confirming reads of one GPU's job.
@@ -198,7 +184,9 @@ impl Confirmation {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stack_report::{Burst, CodeFrame, Focus, ThreadRead, aggregate};
+    use crate::stack_report::{Burst, aggregate};
+    use crate::types::reads::{CodeFrame, ThreadRead};
+    use crate::types::stack_report::Focus;
 
     fn frame(function: &str, file: &str, line: u32, library: bool) -> CodeFrame {
         CodeFrame {

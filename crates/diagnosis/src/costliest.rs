@@ -4,8 +4,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::ledger::{Place, TimeState, Unplaced};
-use crate::status::GpuStatus;
+use crate::types::ledger::{Place, Unplaced};
+
+use crate::types::status::GpuStatus;
+use crate::types::time_state::TimeState;
 
 /// One place over the host's GPUs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

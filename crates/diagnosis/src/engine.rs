@@ -8,16 +8,17 @@ mod gpu;
 mod lost;
 mod point;
 mod state;
+mod step;
 
 use std::collections::VecDeque;
 
 use crate::config::DiagnosisConfig;
 use crate::detect::hint;
-use crate::frame::{Frame, GpuFrame};
 use crate::ledger::{PlaceKey, PlaceLedger};
-use crate::stack_report::StackReport;
-use crate::status::{ActiveKind, Event, GpuStatus, KindCounters, Phase};
 use crate::tracking::Progress;
+use crate::types::frame::{Frame, GpuFrame};
+use crate::types::stack_report::StackReport;
+use crate::types::status::{ActiveKind, Event, GpuStatus, KindCounters, Phase};
 use crate::{Kind, Verdict};
 use state::GpuState;
 
@@ -221,7 +222,7 @@ impl Engine {
                 jobs: s.jobs.clone(),
                 job_idle_seconds_total: s.job_idle_seconds_total,
                 phase: s.phase.clone(),
-                phase_seconds_total: crate::phase::JobPhase::ALL
+                phase_seconds_total: crate::types::phase::JobPhase::ALL
                     .into_iter()
                     .map(|p| (p, s.phases.seconds_total[p as usize]))
                     .collect(),

@@ -11,17 +11,8 @@
 //! TensorFlow where it is installed) is named only when its stacks or its
 //! DataLoader's names settle it.
 
-use serde::{Deserialize, Serialize};
-
-use crate::reads::ThreadRead;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Framework {
-    Pytorch,
-    Tensorflow,
-    Jax,
-}
+pub use crate::types::framework::{Framework, FrameworkEvidence};
+use crate::types::reads::ThreadRead;
 
 impl Framework {
     const ALL: [Framework; 3] = [Framework::Pytorch, Framework::Tensorflow, Framework::Jax];
@@ -39,14 +30,6 @@ impl Framework {
             }
             "jax" | "jaxlib" | "flax" | "optax" | "orbax" => Some(Framework::Jax),
             _ => None,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Framework::Pytorch => "PyTorch",
-            Framework::Tensorflow => "TensorFlow",
-            Framework::Jax => "JAX",
         }
     }
 }
@@ -71,34 +54,12 @@ pub fn of_reads(reads: &[Vec<ThreadRead>]) -> Option<Framework> {
     }
 }
 
-/// What the job's frames (libraries and process names) said of its
-/// framework, as evidence.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct FrameworkEvidence {
-    /// The framework, where one is settled without the stacks.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name: Option<Framework>,
-    /// The frameworks whose libraries the job has mapped.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub libraries: Vec<Framework>,
-    /// PyTorch DataLoader worker processes now (`pt_data_worker`), where
-    /// the job is a PyTorch job.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub data_loader_workers: Option<u32>,
-    /// Whether the DataLoader's pin-memory thread runs (`pt_data_pin`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pin_memory: Option<bool>,
-    /// CPUs of the host left idle now: room for more workers.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub idle_cpus: Option<f64>,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::evidence::framework as evidence;
-    use crate::frame::{HostFrame, JobFrame, JobFramework};
-    use crate::stack_report::CodeFrame;
+    use crate::types::frame::{HostFrame, JobFrame, JobFramework};
+    use crate::types::reads::CodeFrame;
 
     fn job(loaded: &[Framework], workers: u32, pin: bool) -> JobFrame {
         JobFrame {

@@ -3,18 +3,16 @@
 //! (docs/goodput.md). The states of one GPU add up to the time the daemon
 //! watched it.
 
-use serde::{Deserialize, Serialize};
-
-use crate::phase::JobPhase;
+use crate::types::phase::JobPhase;
 
 pub mod by_place;
 pub mod place;
 mod restart;
-mod time_state;
-pub use by_place::{PlaceKey, PlaceLedger, PlaceLoss, UnplacedLoss};
-pub use place::{Located, Place, Unplaced};
-pub use restart::{EndedJob, RESTART_SECONDS, RestartState, Restarts};
-pub use time_state::TimeState;
+pub use crate::types::ledger::{EndedJob, Ledger, Place, PlaceLoss, Unplaced, UnplacedLoss};
+pub use crate::types::time_state::TimeState;
+pub use by_place::{PlaceKey, PlaceLedger};
+pub use place::Located;
+pub use restart::{RESTART_SECONDS, RestartState, Restarts};
 
 /// One GPU's sample, as the ledger needs it.
 #[derive(Debug, Clone, Default)]
@@ -90,55 +88,6 @@ impl LedgerSample {
         } else {
             TimeState::Startup
         }
-    }
-}
-
-/// Seconds booked to each state.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Ledger {
-    seconds: [f64; TimeState::ALL.len()],
-}
-
-impl Ledger {
-    pub fn book(&mut self, state: TimeState, seconds: f64) {
-        if seconds > 0.0 && seconds.is_finite() {
-            self.seconds[state.index()] += seconds;
-        }
-    }
-
-    pub fn seconds(&self, state: TimeState) -> f64 {
-        self.seconds[state.index()]
-    }
-
-    pub fn total(&self) -> f64 {
-        self.seconds.iter().sum()
-    }
-
-    /// Every state with its seconds, in `TimeState::ALL` order.
-    pub fn iter(&self) -> impl Iterator<Item = (TimeState, f64)> + '_ {
-        TimeState::ALL.into_iter().map(|s| (s, self.seconds(s)))
-    }
-}
-
-impl Serialize for Ledger {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let mut map = s.serialize_map(Some(TimeState::ALL.len()))?;
-        for (state, seconds) in self.iter() {
-            map.serialize_entry(state.as_str(), &crate::round::round(seconds))?;
-        }
-        map.end()
-    }
-}
-
-impl<'de> Deserialize<'de> for Ledger {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let by_state = std::collections::BTreeMap::<TimeState, f64>::deserialize(d)?;
-        let mut ledger = Ledger::default();
-        for (state, seconds) in by_state {
-            ledger.book(state, seconds);
-        }
-        Ok(ledger)
     }
 }
 

@@ -10,27 +10,27 @@ pub mod costliest;
 mod detect;
 pub mod engine;
 pub mod evidence;
-pub mod frame;
 pub mod framework;
 pub mod hint;
 pub mod hysteresis;
-pub mod kind;
 mod kinds;
 pub mod ledger;
 pub mod phase;
 mod processes;
-mod reads;
 mod report;
 mod round;
 pub mod stack_report;
-pub mod status;
+pub mod stack_text;
 pub mod steal;
 mod tracking;
+pub mod types;
 pub mod window;
+
+// The data types keep their paths from the crate's root.
+pub use types::{frame, kind, status};
 
 pub use config::DiagnosisConfig;
 pub use engine::Engine;
-pub use frame::Frame;
-
-pub use kind::{Kind, Verdict};
-pub use status::{Event, GpuStatus, Phase};
+pub use types::frame::Frame;
+pub use types::kind::{Kind, Verdict};
+pub use types::status::{Event, GpuStatus, Phase};

@@ -14,42 +14,10 @@
 
 use std::collections::VecDeque;
 
-use serde::{Deserialize, Serialize};
-
-use crate::reads::{CodeFrame, ThreadRead};
+pub use crate::config::{Limits, MIN_INTERVAL};
 use crate::round::round;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum JobPhase {
-    Compiling,
-    Checkpointing,
-    DataLoaderStartup,
-}
-
-impl JobPhase {
-    pub const ALL: [JobPhase; 3] = [
-        JobPhase::Compiling,
-        JobPhase::Checkpointing,
-        JobPhase::DataLoaderStartup,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            JobPhase::Compiling => "compiling",
-            JobPhase::Checkpointing => "checkpointing",
-            JobPhase::DataLoaderStartup => "data_loader_startup",
-        }
-    }
-
-    fn words(self) -> &'static str {
-        match self {
-            JobPhase::Compiling => "compiling",
-            JobPhase::Checkpointing => "saving or loading a checkpoint",
-            JobPhase::DataLoaderStartup => "starting its DataLoader's workers",
-        }
-    }
-}
+pub use crate::types::phase::{JobPhase, PhaseStatus};
+use crate::types::reads::{CodeFrame, ThreadRead};
 
 /// Installed code that runs only in a phase, by package-relative file
 /// (a prefix ending in `/` is a package) and function (empty: any).
@@ -160,41 +128,6 @@ pub fn of_reads(reads: &[Vec<ThreadRead>]) -> Option<JobPhase> {
 /// seconds: a read is a burst of 1 s, the first read of a process makes its
 /// spy, up to 2 s and more on a loaded host).
 pub const AWAIT_SECONDS: f64 = 10.0;
-/// Shortest time between phase reads, whatever `time_scale` (a read takes
-/// 1 s of the stacks thread, which the episodes' bursts need too).
-pub const MIN_INTERVAL: f64 = 5.0;
-
-/// The phase a GPU's job is in now, for the status and the evidence.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PhaseStatus {
-    pub phase: JobPhase,
-    /// When the job entered it (the first read that showed it), and how
-    /// long it has lasted since.
-    pub since: f64,
-    pub seconds: f64,
-    /// Seconds the GPU waited on it over the last hour, and their share.
-    pub seconds_last_hour: f64,
-    pub share_last_hour: f64,
-    /// Times the job entered it over the last hour (compilations, saves).
-    pub entered_last_hour: u32,
-    /// It lasted too long or took too large a share: the stall kinds it
-    /// held back are reported, with it named.
-    pub unusual: bool,
-}
-
-/// The limits of a normal phase, scaled.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Limits {
-    /// Time between reads while a stall kind's condition holds.
-    pub interval: f64,
-    /// Longest a phase may last before the stall kinds are reported.
-    pub max_for: [f64; 3],
-    /// Largest share of the last hour it may take.
-    pub max_share: f64,
-    /// The hour, scaled.
-    pub hour: f64,
-}
-
 #[derive(Debug, Clone, Copy)]
 struct Current {
     phase: JobPhase,
@@ -342,41 +275,10 @@ impl Phases {
     }
 }
 
-/// What to say of an unusual phase, before the stall kind's own hint.
-pub fn hint(p: &PhaseStatus) -> String {
-    let share = format!(
-        "{:.0}% of the GPU's last hour ({} time{})",
-        p.share_last_hour * 100.0,
-        p.entered_last_hour,
-        if p.entered_last_hour == 1 { "" } else { "s" }
-    );
-    let fix = match p.phase {
-        JobPhase::Compiling => {
-            "A model whose input shapes change recompiles at every new shape: mark the changing \
-             dimensions dynamic (torch.compile(dynamic=True), torch._dynamo.mark_dynamic), pad or \
-             bucket inputs to a few shapes; TORCH_LOGS=recompiles says why each recompilation \
-             happened (for tf.function: input_signature with None dimensions; for jax.jit: fewer \
-             static arguments)."
-        }
-        JobPhase::Checkpointing => {
-            "Save less often, or asynchronously (torch.distributed.checkpoint.async_save, Orbax's \
-             async checkpointer), to fast local storage, and only what a restart needs."
-        }
-        JobPhase::DataLoaderStartup => {
-            "persistent_workers=True keeps the DataLoader's workers between epochs; a lighter \
-             Dataset object (it is copied into each worker) and fewer workers start faster."
-        }
-    };
-    format!(
-        "The job has been {} for {:.0} s, {share}. {fix}",
-        p.phase.words(),
-        p.seconds
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hint::phase::hint;
 
     fn frame(function: &str, file: &str, library: bool) -> CodeFrame {
         CodeFrame {

@@ -1,10 +1,10 @@
 //! Which processes on a GPU are leftovers, and which share it.
 
 use crate::config::DiagnosisConfig;
-use crate::evidence::ProcessEvidence;
-use crate::frame::{Frame, GpuFrame, JobFrame};
 use crate::round::round;
 use crate::tracking::ProcessActivity;
+use crate::types::evidence::ProcessEvidence;
+use crate::types::frame::{Frame, GpuFrame, JobFrame};
 
 /// Processes holding memory without using the GPU for `idle_for`, whose
 /// parent is gone: zombies, orphans (parent pid 1), or not in /proc.
@@ -57,7 +57,7 @@ pub fn sharers(
     jobs: &[&JobFrame],
 ) -> Vec<ProcessEvidence> {
     let min = config.shared_gpu.min_process_memory_bytes;
-    let big: Vec<(&crate::frame::ProcessFrame, &JobFrame)> = gpu
+    let big: Vec<(&crate::types::frame::ProcessFrame, &JobFrame)> = gpu
         .processes
         .iter()
         .filter(|p| p.memory_bytes.is_some_and(|m| m >= min))

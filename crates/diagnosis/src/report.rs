@@ -1,11 +1,10 @@
-//! Events and job summaries as the engine reports them.
+//! The jobs as the engine reports them: their status, and the job an event
+//! names.
 
-use crate::Kind;
-use crate::detect::hint;
-use crate::evidence::{Evidence, ThreadEvidence};
-use crate::frame::{GpuFrame, JobFrame};
 use crate::round::round;
-use crate::status::{Event, JobRef, JobStatus, Phase};
+use crate::types::evidence::ThreadEvidence;
+use crate::types::frame::{GpuFrame, JobFrame};
+use crate::types::status::{JobRef, JobStatus};
 
 /// The job an event names: the one holding the most memory on the GPU.
 pub fn primary_job(gpu: &GpuFrame, jobs: &[&JobFrame]) -> Option<JobRef> {
@@ -23,29 +22,6 @@ pub fn primary_job(gpu: &GpuFrame, jobs: &[&JobFrame]) -> Option<JobRef> {
             comm: j.comm.clone(),
             attribution: j.attribution.clone(),
         })
-}
-
-pub fn make_event(
-    phase: Phase,
-    kind: Kind,
-    gpu: &GpuFrame,
-    t: f64,
-    since: f64,
-    job: Option<JobRef>,
-    evidence: &Evidence,
-) -> Event {
-    Event {
-        id: 0,
-        time: t,
-        phase,
-        kind,
-        gpu: gpu.index,
-        uuid: gpu.uuid.clone(),
-        since,
-        job,
-        evidence: evidence.clone(),
-        hint: hint(kind, evidence),
-    }
 }
 
 pub fn job_status(job: &JobFrame, gpu: &GpuFrame, t: f64, warmup: f64) -> JobStatus {

@@ -4,170 +4,14 @@
 
 use std::collections::HashMap;
 
-use serde::{Deserialize, Serialize};
-
-pub use crate::calls::CallTime;
 use crate::calls::{self, Stood};
-pub use crate::reads::{CodeFrame, ThreadRead};
 use crate::round::round;
-
-/// What a burst is for: the work that keeps a thread busy (CPU-bound
-/// kinds), or where every thread stands (no-progress kinds).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Focus {
-    Busy,
-    AllThreads,
-}
-
-/// How a burst ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ReadOutcome {
-    Sampled,
-    NotPython,
-    UnsupportedPython,
-    FreeThreaded,
-    /// The interpreter was read, but no read found a Python thread in it.
-    NoThreads,
-    NoPermission,
-    Exited,
-    Failed,
-    /// Asked for on demand, of a process that is no GPU job's.
-    NotWatched,
-    /// A read met a budget before it could keep anything (the job's
-    /// structures are too large, loop, or took too long to read).
-    OverBudget,
-    /// Not read: a read of this process failed or met a budget a short
-    /// while ago, and it is read again only after a back-off.
-    BackedOff,
-}
-
-/// The stacks of one process over a burst, as carried in evidence.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StackReport {
-    pub pid: u32,
-    pub outcome: ReadOutcome,
-    /// What the summary is about: the busy work, or every thread.
-    pub focus: Focus,
-    /// Plain words: why there are no stacks, or what limited them.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub detail: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub python_version: Option<String>,
-    /// When the burst started, seconds since the epoch.
-    pub time: f64,
-    pub duration_seconds: f64,
-    /// Reads that succeeded, and reads dropped (torn or failed).
-    pub samples: u32,
-    #[serde(default)]
-    pub dropped: u32,
-    /// Budgets the reads met (`frames`, `thread_cycle`, `read_time`, ...):
-    /// what was kept is cut to them, or the burst ended there.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub limits: Vec<String>,
-    /// One line for logs and reports.
-    pub summary: String,
-    /// The most frequent places across the process's running threads.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub hot: Vec<HotSpot>,
-    /// Number of threads that ran the hot work (several: GIL-bound work
-    /// hopping between pool threads).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub busy_threads: Option<u32>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub threads: Vec<ThreadStacks>,
-    /// The framework most of the installed frames read belong to.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub framework: Option<crate::framework::Framework>,
-    /// An interactive kernel (Jupyter's `ipykernel` in a stack): waiting
-    /// for its user is not a hang.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub interactive: bool,
-    /// The job's own phase the reads show (compiling, checkpointing, the
-    /// DataLoader's start-up), when at least half of them do.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase: Option<crate::phase::JobPhase>,
-    /// How long the training loop's thread waits for each batch, where it
-    /// waits on a known data-loading call.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub batch_wait: Option<BatchWait>,
-}
-
-/// The training loop's wait for each batch: a thread's calls of a known
-/// data-loading call (the DataLoader's or tf.data's `__next__`,
-/// `queue.get`) from the user's own code.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct BatchWait {
-    /// What it waits on, in words (`the DataLoader's next batch`).
-    pub waiting_on: String,
-    pub tid: u32,
-    pub thread: String,
-    /// The user's frame that makes the call: the loop.
-    pub function: String,
-    pub file: String,
-    pub line: u32,
-    pub per_batch: CallTime,
-}
-
-/// A place in the code: the leaf frame and the first frame in the user's
-/// own code above it (absent when the leaf is the user's code).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct HotSpot {
-    /// `PIL.Image.open` for installed code, the bare name for the user's.
-    pub function: String,
-    pub file: String,
-    pub line: u32,
-    /// The installed function the user's code called, when the leaf lies
-    /// deeper (`PIL.Image.open` for a leaf in `PIL.ImageFile.load`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub via: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub user_function: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub user_file: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub user_line: Option<u32>,
-    /// The user's own frames that called it, innermost first: the run of
-    /// the user's frames right above the leaf (or above `user_function`),
-    /// up to [`CALLERS_KEPT`] in all with it.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub callers: Vec<Caller>,
-    /// Reads in which it was seen, and their share of all reads (of the
-    /// thread's reads, for a thread's own list).
-    pub samples: u32,
-    pub share: f64,
-    /// How long one call of it takes (the call the user's frame makes), from
-    /// runs of reads inside the same call.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub per_call: Option<CallTime>,
-}
-
-/// One of the user's own frames above a hot place.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Caller {
-    pub function: String,
-    pub file: String,
-    pub line: u32,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ThreadStacks {
-    pub pid: u32,
-    pub tid: u32,
-    pub name: String,
-    /// State at the last read.
-    pub state: String,
-    /// Reads the thread was in, the share of them it was running (`R`) and
-    /// the share it held the GIL.
-    pub samples: u32,
-    pub running_share: f64,
-    pub gil_share: f64,
-    /// What it waits on, for well-known blocking calls.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub waiting_on: Option<String>,
-    pub top: Vec<HotSpot>,
-}
+use crate::stack_text::pct;
+pub use crate::stack_text::{describe_batch_wait, describe_spot, per_call_text, thread_line};
+pub use crate::types::reads::{CodeFrame, ThreadRead};
+pub use crate::types::stack_report::{
+    BatchWait, CallTime, Caller, Focus, HotSpot, ReadOutcome, StackReport, ThreadStacks,
+};
 
 /// The user's own frames shown for a place: the one it runs under and up
 /// to two of its callers.
@@ -399,30 +243,6 @@ fn display_function(f: &CodeFrame) -> String {
     }
 }
 
-/// `PIL.ImageFile.load <- PIL.Image.open <- decode_image (data.py:42) <-
-/// __getitem__ (data.py:57)`, or `resize (data.py:30) <- decode_image
-/// (data.py:42)` when the leaf is the user's own code.
-pub fn describe_spot(s: &HotSpot) -> String {
-    let via = s
-        .via
-        .as_ref()
-        .map(|v| format!(" <- {v}"))
-        .unwrap_or_default();
-    let callers: String = s
-        .callers
-        .iter()
-        .map(|c| format!(" <- {} ({}:{})", c.function, c.file, c.line))
-        .collect();
-    match (&s.user_function, &s.user_file) {
-        (Some(uf), Some(file)) => format!(
-            "{}{via} <- {uf} ({file}:{}){callers}",
-            s.function,
-            s.user_line.unwrap_or(0)
-        ),
-        _ => format!("{}{via} ({}:{}){callers}", s.function, s.file, s.line),
-    }
-}
-
 /// Well-known blocking calls, by the leaf's module file and function.
 const WAITS: &[(&str, &str, &str)] = &[
     ("queue.py", "get", "queue.get"),
@@ -520,21 +340,6 @@ fn batch_wait(
         line: caller.line,
         per_batch,
     })
-}
-
-/// `the training loop (train (train.py:88), tid 12) waits about 1.9 s for
-/// each batch (median of 5 calls; p90 2.1 s) on the DataLoader's next
-/// batch`.
-pub fn describe_batch_wait(b: &BatchWait) -> String {
-    format!(
-        "the training loop ({} ({}:{}), tid {}) waits {} on {}",
-        b.function,
-        b.file,
-        b.line,
-        b.tid,
-        calls::describe(&b.per_batch, "for each batch"),
-        b.waiting_on
-    )
 }
 
 /// `Queue.get` -> `get`: the function without its class.
@@ -636,10 +441,6 @@ fn thread_key(t: &ThreadRead) -> (u32, &str) {
 
 fn is_running(t: &ThreadRead) -> bool {
     t.state == 'R'
-}
-
-fn pct(v: f64) -> String {
-    format!("{:.0}%", v * 100.0)
 }
 
 /// Aggregates a burst's reads into a report.
@@ -819,41 +620,4 @@ fn summarize(r: &StackReport, focus: Focus) -> String {
             lines.join("; ")
         }
     }
-}
-
-/// `, about 420 ms a call (median of 23 calls; p90 510 ms)` where the
-/// place's calls were timed, else nothing.
-pub fn per_call_text(s: &HotSpot) -> String {
-    s.per_call
-        .as_ref()
-        .map(|t| calls::describe(t, "a call"))
-        .filter(|t| !t.is_empty())
-        .map(|t| format!(", {t}"))
-        .unwrap_or_default()
-}
-
-/// `tid 12 (python3, S): waits on queue.get at train_step (train.py:88)`.
-pub fn thread_line(t: &ThreadStacks) -> String {
-    let doing = if t.running_share >= 0.5 {
-        format!("running {}", pct(t.running_share))
-    } else {
-        "not running".to_owned()
-    };
-    let place = t
-        .top
-        .first()
-        .map(|s| format!("{}{}", describe_spot(s), per_call_text(s)))
-        .unwrap_or_else(|| "no Python frame".to_owned());
-    let wait = t
-        .waiting_on
-        .as_ref()
-        .map(|w| format!("waits on {w} at "))
-        .unwrap_or_else(|| "at ".to_owned());
-    let who = if t.tid == 0 {
-        // Named by Python; state from py-spy's idle judgement.
-        format!("thread {} (tid unknown, {doing})", t.name)
-    } else {
-        format!("tid {} ({}, {}, {doing})", t.tid, t.name, t.state)
-    };
-    format!("{who}: {wait}{place}")
 }

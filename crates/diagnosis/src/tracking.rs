@@ -4,7 +4,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use crate::config::DiagnosisConfig;
-use crate::frame::{Frame, JobFrame};
+use crate::types::frame::{Frame, JobFrame};
 
 /// A job is identified by its pid and start time (a reused pid is a new job).
 pub type JobKey = (u32, u64);
@@ -102,7 +102,7 @@ impl ProcessActivity {
     /// activity reading at all (an A100's MIG instance), and on a MIG
     /// instance whose SMs work (NVML reports no per-process use on an
     /// instance; the instance's activity is its processes').
-    pub fn observe(&mut self, t: f64, gpu: &crate::frame::GpuFrame) {
+    pub fn observe(&mut self, t: f64, gpu: &crate::types::frame::GpuFrame) {
         let unread = if !gpu.measured() {
             true
         } else {

@@ -5,11 +5,12 @@
 
 use super::ctx::{Ctx, Finding};
 use crate::Kind;
-use crate::evidence::Evidence;
 use crate::hint::{Job, words};
 use crate::hysteresis::Condition;
 use crate::round::{round, round_opt};
-use crate::window::{ActivitySignal, Window};
+use crate::types::activity::ActivitySignal;
+use crate::types::evidence::Evidence;
+use crate::window::Window;
 
 /// The GPM evidence of a window: SM activity (mean, spread), tensor and DRAM
 /// activity, link traffic.
@@ -174,7 +175,7 @@ pub fn launch_bound(ctx: &Ctx) -> Finding {
 /// The hint of `spinning`: what to tell the user, in plain words.
 pub fn spinning_hint(evidence: &Evidence) -> String {
     let signal = match evidence.activity_signal {
-        Some(crate::window::ActivitySignal::GpmSmActive) => {
+        Some(crate::types::activity::ActivitySignal::GpmSmActive) => {
             "its SMs are nearly idle and flat, with no tensor, memory or link traffic"
         }
         _ => "it draws far less power than it does while the job progresses",

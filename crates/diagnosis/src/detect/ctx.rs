@@ -4,10 +4,10 @@ use std::cell::{Cell, RefCell};
 
 use crate::Kind;
 use crate::config::DiagnosisConfig;
-use crate::evidence::{Evidence, ProcessEvidence, ThreadEvidence};
-use crate::frame::{GpuFrame, HostFrame, JobFrame};
 use crate::hysteresis::Condition;
 use crate::round::{round, round_opt};
+use crate::types::evidence::{Evidence, ProcessEvidence, ThreadEvidence};
+use crate::types::frame::{GpuFrame, HostFrame, JobFrame};
 use crate::window::{History, UtilizationStats, Window};
 
 /// Everything a detector may look at for one GPU at one sample.
@@ -25,7 +25,7 @@ pub struct Ctx<'a> {
     pub hang_seconds: f64,
     /// The GPU's job stood at the same place in its confirming reads
     /// during the current silence.
-    pub stuck: Option<crate::confirm::Stuck>,
+    pub stuck: Option<crate::types::stuck::Stuck>,
     /// Set by the no-progress detectors: the GPU looks hung over the
     /// current silence (idle with an idle job, or busy at low power),
     /// whatever its length: a confirming read is worth taking.

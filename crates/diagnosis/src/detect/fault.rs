@@ -3,9 +3,9 @@
 //! driver asks for, on a GPU that holds a job or lost it a moment ago.
 
 use super::ctx::{Ctx, Finding};
-use crate::evidence::{Evidence, FaultEvidence};
 use crate::hint::{fault_action, fault_summary};
 use crate::hysteresis::Condition;
+use crate::types::evidence::{Evidence, FaultEvidence};
 
 /// Actions from least to most drastic.
 const ACTIONS: [&str; 4] = ["none", "restart_job", "reset_gpu", "drain_node"];

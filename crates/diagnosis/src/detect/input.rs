@@ -3,9 +3,9 @@
 
 use super::ctx::{Ctx, Finding};
 use crate::Kind;
-use crate::evidence::Evidence;
 use crate::hint::{Job, words};
 use crate::hysteresis::Condition;
+use crate::types::evidence::Evidence;
 
 /// Share of samples with a job thread waiting on storage that counts as the
 /// pipeline working (a reader blocked on I/O uses no CPU).

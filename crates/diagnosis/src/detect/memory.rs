@@ -1,10 +1,10 @@
 //! Memory: the host short of it, or the GPU's nearly full.
 
 use super::ctx::{Ctx, Finding};
-use crate::evidence::Evidence;
 use crate::hint::{Job, words};
 use crate::hysteresis::Condition;
 use crate::round::round_opt;
+use crate::types::evidence::Evidence;
 
 pub fn host_pressure(ctx: &Ctx) -> Finding {
     let c = &ctx.config.host_memory_pressure;

@@ -17,7 +17,7 @@ pub use refine::spread_load;
 pub use throttle::THROTTLE_MASK;
 
 use crate::Kind;
-use crate::evidence::Evidence;
+use crate::types::evidence::Evidence;
 
 /// `detect` and `hint`: each kind's detector and hint, from the table in
 /// `kinds.rs`.

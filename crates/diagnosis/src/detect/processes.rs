@@ -1,8 +1,8 @@
 //! Processes on a GPU: several separate ones sharing it, or one left behind.
 
 use super::ctx::{Ctx, Finding};
-use crate::evidence::Evidence;
 use crate::hysteresis::Condition;
+use crate::types::evidence::Evidence;
 
 pub fn shared(ctx: &Ctx) -> Finding {
     let n = ctx.sharers.len();

@@ -5,9 +5,9 @@
 
 use super::ctx::{Ctx, Finding};
 use crate::Kind;
-use crate::evidence::Evidence;
 use crate::hysteresis::Condition;
 use crate::round::{round, round_opt};
+use crate::types::evidence::Evidence;
 use crate::window::Window;
 
 fn silent_long(ctx: &Ctx) -> bool {

@@ -4,13 +4,13 @@
 
 use super::ctx::{Ctx, Finding};
 use crate::Kind;
-use crate::evidence::Evidence;
-use crate::evidence::{GilSpread, ThreadEvidence};
-use crate::frame::{JobFrame, ThreadFrame};
 use crate::hint::{Job, Unit, steal_note, words};
 use crate::hysteresis::Condition;
 use crate::round::{round, round_opt};
 use crate::steal::without_steal;
+use crate::types::evidence::Evidence;
+use crate::types::evidence::{GilSpread, ThreadEvidence};
+use crate::types::frame::{JobFrame, ThreadFrame};
 use crate::window::{Point, Window};
 
 /// Whether the host is short of CPU over the cpu_saturated window. Where the

@@ -2,9 +2,9 @@
 
 use super::ctx::{Ctx, Finding};
 use crate::Kind;
-use crate::evidence::Evidence;
 use crate::hysteresis::Condition;
 use crate::round::{round, round_opt};
+use crate::types::evidence::Evidence;
 
 /// sw_power_cap, hw_slowdown, sw_thermal, hw_thermal, hw_power_brake.
 pub const THROTTLE_MASK: u64 = 0x4 | 0x8 | 0x20 | 0x40 | 0x80;

@@ -4,13 +4,14 @@
 
 use std::ops::Index;
 
+use super::step::Step;
 use crate::Kind;
 use crate::config::Timing;
-use crate::evidence::Evidence;
-use crate::frame::GpuFrame;
+use crate::detect::hint;
 use crate::hysteresis::{Condition, Episode, Transition};
-use crate::report::make_event;
-use crate::status::{Event, JobRef, Phase};
+use crate::types::evidence::Evidence;
+use crate::types::frame::GpuFrame;
+use crate::types::status::{Event, JobRef, Phase};
 
 pub(super) const KINDS: usize = Kind::ALL.len();
 /// `Kind::GpuFault`'s place in `Kind::ALL` (and in the per-kind arrays).
@@ -40,24 +41,23 @@ impl Index<usize> for Episodes {
 }
 
 impl Episodes {
-    /// Feeds kind `i`'s condition to its episode at `t`, counting `dt` to
-    /// it if it was active; returns the transition, if any.
-    #[allow(clippy::too_many_arguments)]
+    /// Feeds kind `i`'s condition to its episode at the step's time,
+    /// counting the step's seconds to it if it was active; returns the
+    /// transition, if any.
     pub(super) fn advance(
         &mut self,
         i: usize,
-        t: f64,
+        step: &Step,
         condition: Condition,
         timing: &Timing,
         allowed: bool,
         force_end: bool,
-        dt: f64,
     ) -> Option<Transition> {
         if self.of[i].is_active() {
-            self.seconds_total[i] += dt;
+            self.seconds_total[i] += step.dt;
         }
         self.of[i].update(
-            t,
+            step.t,
             condition,
             timing.enter_for,
             timing.exit_for,
@@ -89,4 +89,28 @@ pub(super) fn event_for(
         Transition::Ended { since } => (Phase::End, since),
     };
     Some(make_event(phase, kind, gpu, t, since, job(), evidence))
+}
+
+/// The event of kind `kind`'s episode, with its hint.
+fn make_event(
+    phase: Phase,
+    kind: Kind,
+    gpu: &GpuFrame,
+    t: f64,
+    since: f64,
+    job: Option<JobRef>,
+    evidence: &Evidence,
+) -> Event {
+    Event {
+        id: 0,
+        time: t,
+        phase,
+        kind,
+        gpu: gpu.index,
+        uuid: gpu.uuid.clone(),
+        since,
+        job,
+        evidence: evidence.clone(),
+        hint: hint(kind, evidence),
+    }
 }

@@ -5,25 +5,28 @@ use std::cell::Cell;
 
 use super::episodes::{FAULT, event_for};
 use super::state::GpuState;
+use super::step::Step;
 use crate::Kind;
-use crate::config::DiagnosisConfig;
 use crate::detect::{Ctx, UtilizationCache, detect};
-use crate::frame::{Frame, GpuFrame, JobFrame};
 use crate::report::primary_job;
-use crate::status::Event;
+use crate::types::frame::JobFrame;
+use crate::types::status::Event;
 
 /// The gpu_fault kind, judged on every frame the GPU is in, fresh or
 /// not: a GPU that fell off the bus does not answer, and its job is gone.
 pub(super) fn observe_fault(
-    config: &DiagnosisConfig,
+    step: &Step,
     state: &mut GpuState,
-    gpu: &GpuFrame,
-    frame: &Frame,
     jobs: &[&JobFrame],
-    dt: f64,
     events: &mut Vec<Event>,
 ) {
-    let t = frame.t;
+    let Step {
+        config,
+        frame,
+        gpu,
+        t,
+        ..
+    } = *step;
     let timing = config.timing(Kind::GpuFault);
     if !timing.enabled {
         return;
@@ -64,7 +67,7 @@ pub(super) fn observe_fault(
     };
     let transition = state
         .episodes
-        .advance(FAULT, t, finding.condition, &timing, true, false, dt);
+        .advance(FAULT, step, finding.condition, &timing, true, false);
     if let Some(event) = event_for(
         transition,
         Kind::GpuFault,

@@ -19,16 +19,18 @@ use super::episodes::event_for;
 use super::fault::observe_fault;
 use super::point::{median, point};
 use super::state::{BASELINE_KEPT, BASELINE_SAMPLES, GpuState};
+use super::step::Step;
 use crate::config::DiagnosisConfig;
 use crate::detect::{Ctx, UtilizationCache, detect};
-use crate::evidence::ProcessEvidence;
-use crate::frame::{Frame, GpuFrame, JobFrame};
-use crate::ledger::{LedgerSample, StartupSample, TimeState};
-use crate::phase::PhaseStatus;
+use crate::ledger::{LedgerSample, StartupSample};
 use crate::processes;
 use crate::report::{job_status, primary_job};
-use crate::status::Event;
 use crate::tracking::Progress;
+use crate::types::evidence::ProcessEvidence;
+use crate::types::frame::{Frame, GpuFrame, JobFrame};
+use crate::types::phase::PhaseStatus;
+use crate::types::status::Event;
+use crate::types::time_state::TimeState;
 use crate::{Kind, Verdict};
 
 /// Who holds the GPU in this sample.
@@ -80,11 +82,19 @@ pub(super) fn observe_gpu(
 ) {
     let t = frame.t;
     let (elapsed, dt) = state.step(t);
+    let step = &Step {
+        config,
+        progress,
+        frame,
+        gpu,
+        t,
+        dt,
+    };
     state.index = gpu.index;
     state.weight = gpu.weight();
     if !gpu.fresh {
         // A fault may be why the GPU stopped answering (Xid 79).
-        observe_fault(config, state, gpu, frame, &[], dt, events);
+        observe_fault(step, state, &[], events);
         state.set_verdict(Verdict::Unknown, t);
         let outcome = LedgerSample {
             kinds: active_states(state),
@@ -94,16 +104,14 @@ pub(super) fn observe_gpu(
         return;
     }
     state.no_activity_reading = no_activity_reading(gpu);
-    let holders = holders(config, state, gpu, frame);
-    observe_fault(config, state, gpu, frame, &holders.jobs, dt, events);
-    let pace = pace(config, progress, &holders.warmed, t);
-    let idle = record(config, state, gpu, frame, &holders, &pace, dt);
-    let gate = gate(config, state, gpu, &holders.warmed, t);
-    let judged = judge(
-        config, state, gpu, frame, &holders, &pace, &gate, dt, events,
-    );
+    let holders = holders(step, state);
+    observe_fault(step, state, &holders.jobs, events);
+    let pace = pace(step, &holders.warmed);
+    let idle = record(step, state, &holders, &pace);
+    let gate = gate(step, state, &holders.warmed);
+    let judged = judge(step, state, &holders, &pace, &gate, events);
     let phase = gate.phase.as_ref().map(|p| p.phase);
-    settle(config, state, gpu, &holders, &pace, gate, &judged, t, dt);
+    settle(step, state, &holders, &pace, gate, &judged);
     let jobs: Vec<(u32, u64)> = holders
         .jobs
         .iter()
@@ -197,13 +205,14 @@ fn active_states(state: &GpuState) -> Vec<TimeState> {
         .collect()
 }
 
-fn holders<'f>(
-    config: &DiagnosisConfig,
-    state: &mut GpuState,
-    gpu: &GpuFrame,
-    frame: &'f Frame,
-) -> Holders<'f> {
-    let t = frame.t;
+fn holders<'f>(step: &Step<'f>, state: &mut GpuState) -> Holders<'f> {
+    let Step {
+        config,
+        frame,
+        gpu,
+        t,
+        ..
+    } = *step;
     state.activity.observe(t, gpu);
     let leftovers = processes::leftovers(config, &state.activity, gpu, frame);
     state.leftover_pids = leftovers.iter().map(|p| p.pid).collect();
@@ -229,7 +238,13 @@ fn holders<'f>(
     }
 }
 
-fn pace(config: &DiagnosisConfig, progress: &Progress, warmed: &[&JobFrame], t: f64) -> Pace {
+fn pace(step: &Step, warmed: &[&JobFrame]) -> Pace {
+    let Step {
+        config,
+        progress,
+        t,
+        ..
+    } = *step;
     // The most recent output counts.
     let silent = warmed
         .iter()
@@ -253,15 +268,14 @@ fn pace(config: &DiagnosisConfig, progress: &Progress, warmed: &[&JobFrame], t: 
 }
 
 /// Puts the sample in the history; returns whether the GPU was idle.
-fn record(
-    config: &DiagnosisConfig,
-    state: &mut GpuState,
-    gpu: &GpuFrame,
-    frame: &Frame,
-    holders: &Holders,
-    pace: &Pace,
-    dt: f64,
-) -> bool {
+fn record(step: &Step, state: &mut GpuState, holders: &Holders, pace: &Pace) -> bool {
+    let Step {
+        config,
+        frame,
+        gpu,
+        dt,
+        ..
+    } = *step;
     let point = point(
         frame.t,
         gpu,
@@ -287,13 +301,8 @@ fn record(
     idle
 }
 
-fn gate(
-    config: &DiagnosisConfig,
-    state: &mut GpuState,
-    gpu: &GpuFrame,
-    warmed: &[&JobFrame],
-    t: f64,
-) -> Gate {
+fn gate(step: &Step, state: &mut GpuState, warmed: &[&JobFrame]) -> Gate {
+    let Step { config, gpu, t, .. } = *step;
     // The job the confirming reads follow: the one an event would name.
     let primary = primary_job(gpu, warmed).and_then(|r| warmed.iter().find(|j| j.pid == r.pid));
     let followed = primary.map(|j| (j.pid, j.start_time));
@@ -330,19 +339,21 @@ fn gate(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 fn judge(
-    config: &DiagnosisConfig,
+    step: &Step,
     state: &mut GpuState,
-    gpu: &GpuFrame,
-    frame: &Frame,
     holders: &Holders,
     pace: &Pace,
     gate: &Gate,
-    dt: f64,
     events: &mut Vec<Event>,
 ) -> Judged {
-    let t = frame.t;
+    let Step {
+        config,
+        frame,
+        gpu,
+        t,
+        ..
+    } = *step;
     let mut stall_looking = false;
     let stuck = config
         .confirming()
@@ -424,7 +435,7 @@ fn judge(
         let transition =
             state
                 .episodes
-                .advance(i, t, finding.condition, &timing, allowed, force_end, dt);
+                .advance(i, step, finding.condition, &timing, allowed, force_end);
         let job = || {
             job_ref
                 .get_or_init(|| primary_job(gpu, &holders.jobs))
@@ -456,18 +467,17 @@ fn judge(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 fn settle(
-    config: &DiagnosisConfig,
+    step: &Step,
     state: &mut GpuState,
-    gpu: &GpuFrame,
     holders: &Holders,
     pace: &Pace,
     gate: Gate,
     judged: &Judged,
-    t: f64,
-    dt: f64,
 ) {
+    let Step {
+        config, gpu, t, dt, ..
+    } = *step;
     let active = |state: &GpuState, test: fn(Kind) -> bool| {
         Kind::ALL
             .into_iter()

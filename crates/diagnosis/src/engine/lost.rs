@@ -6,9 +6,11 @@
 //! first seconds of the episode) wait for it.
 
 use crate::Kind;
-use crate::ledger::{Ledger, Located, TimeState, Unplaced, place};
-use crate::phase::JobPhase;
-use crate::stack_report::StackReport;
+use crate::ledger::{Located, place};
+use crate::types::ledger::{Ledger, Unplaced};
+use crate::types::phase::JobPhase;
+use crate::types::stack_report::StackReport;
+use crate::types::time_state::TimeState;
 
 /// The states whose seconds are lost to a cause a place can name.
 pub(super) const LOST: [TimeState; 4] = [

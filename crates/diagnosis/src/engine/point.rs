@@ -2,8 +2,9 @@
 
 use std::collections::VecDeque;
 
-use crate::frame::{Frame, GpuFrame, JobFrame};
-use crate::window::{ActivitySignal, Point};
+use crate::types::activity::ActivitySignal;
+use crate::types::frame::{Frame, GpuFrame, JobFrame};
+use crate::window::Point;
 
 const THROTTLE_MASK: u64 = crate::detect::THROTTLE_MASK;
 

@@ -19,14 +19,14 @@ const STEPS_KEPT: usize = 16;
 pub(super) const BASELINE_SAMPLES: usize = 10;
 pub(super) const BASELINE_KEPT: usize = 120;
 use crate::confirm::Confirmation;
-use crate::evidence::{Evidence, FaultEvidence};
-use crate::frame::GpuFrame;
+use crate::types::evidence::{Evidence, FaultEvidence};
+use crate::types::frame::GpuFrame;
 
 use crate::ledger::{Booker, LedgerSample, Restarts, Startup};
 use crate::phase::Phases;
-use crate::stack_report::StackReport;
-use crate::status::{JobRef, JobStatus};
 use crate::tracking::ProcessActivity;
+use crate::types::stack_report::StackReport;
+use crate::types::status::{JobRef, JobStatus};
 use crate::window::History;
 
 #[derive(Debug)]
@@ -60,7 +60,7 @@ pub(super) struct GpuState {
     pub(super) phases: Phases,
     pub(super) phase_due: bool,
     /// The phase at the latest frame, for the status.
-    pub(super) phase: Option<crate::phase::PhaseStatus>,
+    pub(super) phase: Option<crate::types::phase::PhaseStatus>,
     /// Since when a stall kind's condition has held (a phase may explain it).
     pub(super) stall_since: Option<f64>,
     /// When a phase of normal length last held the stall kinds back: their
@@ -191,7 +191,7 @@ impl GpuState {
 
     /// Books the lost seconds the GPU's ledger gained since `before` to
     /// their causes' places.
-    fn book_places(&mut self, before: &crate::ledger::Ledger) {
+    fn book_places(&mut self, before: &crate::types::ledger::Ledger) {
         let deltas = LostPlaces::deltas(before, &self.ledger.ledger);
         if deltas.iter().all(|d| *d <= 0.0) {
             return;

@@ -1,9 +1,10 @@
 //! What to tell the user for each finding, in plain words.
 
 use crate::Kind;
-use crate::evidence::{Evidence, FaultEvidence};
-use crate::stack_report::ReadOutcome;
+use crate::types::evidence::{Evidence, FaultEvidence};
+use crate::types::stack_report::ReadOutcome;
 
+pub mod phase;
 pub mod words;
 
 pub use words::Job;
@@ -104,7 +105,7 @@ pub fn with_context(kind: Kind, evidence: &Evidence, base: String) -> String {
         );
     }
     if let Some(p) = &evidence.phase {
-        base = format!("{} {base}", crate::phase::hint(p));
+        base = format!("{} {base}", phase::hint(p));
     }
     if let Some(s) = &evidence.stuck {
         let waits = s
@@ -138,7 +139,7 @@ pub fn with_context(kind: Kind, evidence: &Evidence, base: String) -> String {
                 .map(|b| {
                     format!(
                         " {}.",
-                        capitalized(&crate::stack_report::describe_batch_wait(b))
+                        capitalized(&crate::stack_text::describe_batch_wait(b))
                     )
                 })
                 .unwrap_or_default();

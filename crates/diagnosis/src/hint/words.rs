@@ -3,8 +3,8 @@
 //! job of its loaders and `jax.jit`, and a job whose framework is not known
 //! plain words that name none.
 
-use crate::evidence::Evidence;
-use crate::framework::Framework;
+use crate::types::evidence::Evidence;
+use crate::types::framework::Framework;
 
 /// The name PyTorch gives a DataLoader's worker processes.
 const DATA_LOADER_WORKER: &str = "pt_data_worker";
@@ -249,9 +249,9 @@ pub fn chosen(evidence: &Evidence) -> Option<Framework> {
 mod tests {
     use crate::Kind;
     use crate::detect::hint;
-    use crate::evidence::{Evidence, ThreadEvidence};
-    use crate::framework::{Framework, FrameworkEvidence};
-    use crate::stack_report::{ReadOutcome, StackReport};
+    use crate::types::evidence::{Evidence, ThreadEvidence};
+    use crate::types::framework::{Framework, FrameworkEvidence};
+    use crate::types::stack_report::{ReadOutcome, StackReport};
 
     fn frames_say(name: Option<Framework>, workers: u32, idle_cpus: f64) -> Evidence {
         Evidence {

@@ -5,10 +5,8 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
-
-use super::place::{Place, Unplaced};
-use super::time_state::TimeState;
+use crate::types::ledger::{Place, PlaceLoss, Unplaced, UnplacedLoss};
+use crate::types::time_state::TimeState;
 
 /// Places a host shows at most: the series it adds to `/metrics`.
 pub const PLACES_EXPORTED: usize = 32;
@@ -30,31 +28,6 @@ pub struct PlaceKey {
     pub state: TimeState,
     pub kind: &'static str,
     pub place: Place,
-}
-
-/// A place's lost seconds on one GPU, as shown.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PlaceLoss {
-    pub state: TimeState,
-    /// The stall kind (`input_starved`, `spinning`, ...) or the phase
-    /// (`compiling`, `checkpointing`) that lost them.
-    pub kind: String,
-    #[serde(flatten)]
-    pub place: Place,
-    /// GPU-seconds booked to it while shown (a MIG slice's weighted by its
-    /// share), since the daemon started.
-    pub seconds: f64,
-    /// How long one call of it took, as last measured.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub call_seconds: Option<f64>,
-}
-
-/// Lost seconds on one GPU tied to no place, and why.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct UnplacedLoss {
-    pub state: TimeState,
-    pub reason: Unplaced,
-    pub seconds: f64,
 }
 
 /// Seconds by hour over the last day.

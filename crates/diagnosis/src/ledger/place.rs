@@ -2,78 +2,18 @@
 //! names (the user's own frame, and the installed function it called), or
 //! why none is named (docs/goodput.md#by-place).
 
-use serde::{Deserialize, Serialize};
-
-use crate::stack_report::{HotSpot, ReadOutcome, StackReport};
+use crate::types::ledger::{Place, Unplaced};
+use crate::types::stack_report::{HotSpot, ReadOutcome, StackReport};
 
 /// Longest place or library name kept, in characters: what a stack shows
 /// of a function is bounded, whatever a job names its functions.
 pub const NAME_MAX: usize = 120;
-
-/// A place in the job's code, as a label: never a path or an argument.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct Place {
-    /// The user's own frame: `decode_image (data.py:42)` (function, file
-    /// base name, line).
-    pub place: String,
-    /// The installed function that frame called (`PIL.Image.open`); empty
-    /// when the place is the leaf (the user's own code runs).
-    #[serde(default)]
-    pub library: String,
-}
 
 /// A place, with how long one call of it took where the read timed it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Located {
     pub place: Place,
     pub call_seconds: Option<f64>,
-}
-
-/// Why lost seconds carry no place.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Unplaced {
-    /// No stacks were read for the episode: it ended before a read, the
-    /// daemon reads no stacks (`stacks.enabled = false`), or its kind reads
-    /// none.
-    NoRead,
-    /// The daemon may not read the job's memory (no `CAP_SYS_PTRACE`).
-    NoPermission,
-    /// The job is not Python.
-    NotPython,
-    /// A Python the reader does not know, or a free-threaded build.
-    UnsupportedPython,
-    /// Read, but no Python frame was found.
-    NoFrames,
-    /// The read failed, met a budget or was backed off, or the job exited.
-    Failed,
-    /// The host already exports its cap of places (the top ones by seconds
-    /// over the last day).
-    OverCap,
-}
-
-impl Unplaced {
-    pub const ALL: [Unplaced; 7] = [
-        Unplaced::NoRead,
-        Unplaced::NoPermission,
-        Unplaced::NotPython,
-        Unplaced::UnsupportedPython,
-        Unplaced::NoFrames,
-        Unplaced::Failed,
-        Unplaced::OverCap,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Unplaced::NoRead => "no_read",
-            Unplaced::NoPermission => "no_permission",
-            Unplaced::NotPython => "not_python",
-            Unplaced::UnsupportedPython => "unsupported_python",
-            Unplaced::NoFrames => "no_frames",
-            Unplaced::Failed => "failed",
-            Unplaced::OverCap => "over_cap",
-        }
-    }
 }
 
 /// The place a report names: its most frequent place across the running
@@ -136,8 +76,9 @@ fn bounded(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::calls::CallTime;
-    use crate::stack_report::{Focus, unavailable};
+    use crate::stack_report::unavailable;
+    use crate::types::stack_report::CallTime;
+    use crate::types::stack_report::Focus;
 
     fn spot(user: Option<(&str, &str, u32)>, leaf: &str, via: Option<&str>) -> HotSpot {
         HotSpot {

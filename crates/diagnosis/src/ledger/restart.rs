@@ -4,32 +4,12 @@
 //! the run's `recovery`; the training since the job's last completed
 //! checkpoint is the progress the restart lost (docs/goodput.md).
 
-use serde::{Deserialize, Serialize};
+use crate::types::ledger::EndedJob;
 
 /// How long after a run's rank left a GPU a job of the same run coming
 /// back on it is a restart: as long as the ledger holds a run of samples
 /// (`ledger::HELD_SECONDS`), so the gap is booked once.
 pub const RESTART_SECONDS: f64 = 300.0;
-
-/// A job set that left the GPU, as the status shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct EndedJob {
-    /// The main job's pid (the first of the set).
-    pub pid: u32,
-    /// Its run, when it was a rank of one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub run: Option<String>,
-    /// When the daemon first saw the GPU without it, seconds since the epoch.
-    pub ended: f64,
-    /// When its last checkpoint seen by the daemon ended.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_checkpoint: Option<f64>,
-    /// Productive GPU seconds since that checkpoint (since the job came
-    /// when none was seen): what a restart from the checkpoint trains again.
-    pub progress_since_checkpoint_seconds: f64,
-    /// A job of the same run came back on the GPU: that progress was lost.
-    pub restarted: bool,
-}
 
 /// Follows the jobs of one GPU across restarts of their run.
 #[derive(Debug, Clone, Default)]

@@ -179,7 +179,7 @@ pub struct JobFrame {
 pub struct JobFramework {
     /// Frameworks whose libraries the GPU-holding process has mapped.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub loaded: Vec<crate::framework::Framework>,
+    pub loaded: Vec<super::framework::Framework>,
     /// Its PyTorch DataLoader worker processes (`pt_data_worker`).
     #[serde(default)]
     pub data_loader_workers: u32,

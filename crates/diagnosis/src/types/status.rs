@@ -4,9 +4,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::evidence::Evidence;
-use crate::frame::Attribution;
-use crate::{Kind, Verdict};
+use super::evidence::Evidence;
+use super::frame::Attribution;
+use super::kind::{Kind, Verdict};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -58,7 +58,7 @@ pub struct JobStatus {
     #[serde(default)]
     pub attribution: Attribution,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub run: Option<crate::frame::RunRank>,
+    pub run: Option<super::frame::RunRank>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_unknown: Option<String>,
     pub start_time: f64,
@@ -66,7 +66,7 @@ pub struct JobStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_cores: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub top_thread: Option<crate::evidence::ThreadEvidence>,
+    pub top_thread: Option<super::evidence::ThreadEvidence>,
     /// When the job's threads behind `top_thread` were read, seconds since
     /// the epoch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -78,7 +78,7 @@ pub struct JobStatus {
     /// The GPU's time since the job came to it, booked as the GPU's is
     /// (docs/goodput.md): the job's own ledger on this GPU.
     #[serde(default)]
-    pub time: crate::ledger::Ledger,
+    pub time: super::ledger::Ledger,
     /// When the job's last checkpoint seen by the daemon ended (it saves
     /// while its GPU waits), seconds since the epoch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -111,14 +111,14 @@ pub struct GpuStatus {
     /// The job's own phase now (compiling, checkpointing, the DataLoader's
     /// start-up), found in its stacks while its GPU looked stalled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase: Option<crate::phase::PhaseStatus>,
+    pub phase: Option<super::phase::PhaseStatus>,
     /// GPU-seconds the GPU waited on each phase since the daemon started.
     #[serde(default)]
-    pub phase_seconds_total: BTreeMap<crate::phase::JobPhase, f64>,
+    pub phase_seconds_total: BTreeMap<super::phase::JobPhase, f64>,
     /// Seconds of the GPU's watched time booked to each state
     /// (docs/goodput.md): they add up to the time the daemon watched it.
     #[serde(default)]
-    pub time: crate::ledger::Ledger,
+    pub time: super::ledger::Ledger,
     /// Seconds of a run of samples whose cause is still being judged, not
     /// yet in `time` (at most `ledger::HELD_SECONDS`).
     #[serde(default)]
@@ -129,7 +129,7 @@ pub struct GpuStatus {
     pub lost_progress_seconds_total: f64,
     /// The job that left the GPU last.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_ended: Option<crate::ledger::EndedJob>,
+    pub last_ended: Option<super::ledger::EndedJob>,
     /// The part of its physical GPU this is, when not all of it (a MIG
     /// instance): its `time` counts that much of each second.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -143,10 +143,10 @@ pub struct GpuStatus {
     /// most first: the host shows at most `ledger::by_place::PLACES_EXPORTED`
     /// places over all its GPUs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub lost_by_place: Vec<crate::ledger::PlaceLoss>,
+    pub lost_by_place: Vec<super::ledger::PlaceLoss>,
     /// Lost seconds tied to no place, by state and why.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub lost_unplaced: Vec<crate::ledger::UnplacedLoss>,
+    pub lost_unplaced: Vec<super::ledger::UnplacedLoss>,
     /// Lost seconds of `time` waiting for their episode's first stack read.
     #[serde(default)]
     pub lost_pending_seconds: f64,

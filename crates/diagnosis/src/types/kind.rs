@@ -83,11 +83,11 @@ impl Kind {
 
     /// Whether its stacks should show every thread (where each one waits)
     /// rather than the busy work.
-    pub fn stacks_focus(self) -> crate::stack_report::Focus {
+    pub fn stacks_focus(self) -> super::stack_report::Focus {
         if self.traits() & ALL_THREADS != 0 {
-            crate::stack_report::Focus::AllThreads
+            super::stack_report::Focus::AllThreads
         } else {
-            crate::stack_report::Focus::Busy
+            super::stack_report::Focus::Busy
         }
     }
 
