@@ -119,7 +119,7 @@ def test_each_gpus_lost_time_goes_to_the_line_that_lost_it(daemon_factory, place
     series = m.find("stallwatch_gpu_lost_by_place_seconds_total", gpu="0", place=shared_line[0][0])
     assert series and all(x.labels["state"] == "input" for x in series), series
     assert sum(x.value for x in series) > 10, series
-    # One parse takes about 0.2 s (records.py): timed from the stacks, shown beside the place.
+    # One parse takes about 0.3 s (records.py sizes it to the machine): timed from the stacks, shown beside the place.
     (call,) = m.find("stallwatch_gpu_place_call_seconds", gpu="0", place=shared_line[0][0])
     assert 0.05 < call.value < 2.0, call
     assert len(m.find("stallwatch_gpu_lost_by_place_seconds_total")) <= 32
